@@ -1,0 +1,146 @@
+"""Kernel descriptors: what a piece of work is (shape, dtype), independent of where it runs.
+
+Each descriptor knows its floating-point work and the bytes it must move to and from memory
+(compulsory traffic, assuming operands are streamed once). The cost model turns these into a
+duration on a device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simhpc.hardware.specs import DTYPE_BITS
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype``."""
+    try:
+        return DTYPE_BITS[dtype] // 8
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})") from None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Base class of kernel descriptors."""
+
+    dtype: str
+
+    kind = "kernel"
+
+    def flops(self) -> float:
+        """Floating-point operations."""
+        raise NotImplementedError
+
+    def bytes(self) -> float:
+        """Compulsory memory traffic in bytes."""
+        raise NotImplementedError
+
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOP per byte."""
+        moved = self.bytes()
+        return self.flops() / moved if moved else float("inf")
+
+
+@dataclass(frozen=True)
+class Gemm(Kernel):
+    """C[m,n] = A[m,k] @ B[k,n] (+ C), ``batch`` independent products."""
+
+    m: int = 1
+    n: int = 1
+    k: int = 1
+    batch: int = 1
+
+    kind = "gemm"
+
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    def bytes(self) -> float:
+        return float(self.m * self.k + self.k * self.n + self.m * self.n) * self.batch * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class Elementwise(Kernel):
+    """An elementwise map over ``n`` elements reading ``inputs`` and writing ``outputs`` arrays."""
+
+    n: int = 1
+    op: str = "add"
+    flops_per_element: float = 1.0
+    inputs: int = 2
+    outputs: int = 1
+
+    kind = "elementwise"
+
+    def flops(self) -> float:
+        return self.flops_per_element * self.n
+
+    def bytes(self) -> float:
+        return float(self.inputs + self.outputs) * self.n * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class Reduction(Kernel):
+    """Reduce ``n`` elements to ``outputs`` values (sum, max, norm)."""
+
+    n: int = 1
+    outputs: int = 1
+    op: str = "sum"
+
+    kind = "reduction"
+
+    def flops(self) -> float:
+        return float(self.n)
+
+    def bytes(self) -> float:
+        return float(self.n + self.outputs) * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class Copy(Kernel):
+    """Copy ``nbytes`` within one memory (read + write)."""
+
+    nbytes: float = 0.0
+    dtype: str = "fp32"
+
+    kind = "copy"
+
+    def flops(self) -> float:
+        return 0.0
+
+    def bytes(self) -> float:
+        return 2.0 * self.nbytes
+
+
+@dataclass(frozen=True)
+class Stencil(Kernel):
+    """A ``points``-point stencil sweep over ``cells`` cells (AMR blocks: 16^3 cells each)."""
+
+    cells: int = 1
+    points: int = 7
+
+    kind = "stencil"
+
+    def flops(self) -> float:
+        return (2.0 * self.points - 1.0) * self.cells
+
+    def bytes(self) -> float:
+        return 2.0 * self.cells * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class HashProbe(Kernel):
+    """``probes`` lookups in a hash table of ``table_bytes``; each touches ``lines`` cache lines."""
+
+    probes: int = 1
+    table_bytes: float = 0.0
+    lines: float = 1.0
+    dtype: str = "int8"
+
+    kind = "hash_probe"
+
+    def flops(self) -> float:
+        return 0.0
+
+    def bytes(self) -> float:
+        return 64.0 * self.lines * self.probes
