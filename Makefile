@@ -1,0 +1,33 @@
+# First two commands on a fresh machine: `make demo`, then `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,dask]'
+	touch $@ $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/simhpc run scenarios/demo.yaml -o runs/demo
+
+test: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+bench: $(DEV_STAMP)
+	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf runs out .pytest_cache .ruff_cache

@@ -1,0 +1,6 @@
+"""``python -m simhpc``."""
+
+from simhpc.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""``simhpc run SCENARIO [-o OUTDIR] [--set PATH=VALUE ...]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from simhpc.cli.main import user_errors
+from simhpc.cli.progress import run_progress
+from simhpc.report.table import print_summary
+from simhpc.runner import simulate, write_outputs
+from simhpc.scenario.loader import load_scenario
+
+
+@click.command("run")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("-o", "--outdir", type=click.Path(path_type=Path), default=None,
+              help="Output folder (default: runs/<scenario file stem>).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override a scenario field, e.g. --set workload.iterations=20 (repeatable).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the output folder.")
+@user_errors
+def command(scenario: Path, outdir: Path | None, overrides: tuple[str, ...], quiet: bool) -> None:
+    """Simulate SCENARIO; write summary.json, trace.json, metrics.csv and timeline.png."""
+    config = load_scenario(scenario, overrides)
+    folder = outdir or Path("runs") / scenario.stem
+    result = simulate(config, str(scenario), monitor=lambda sim: run_progress(sim, config.name))
+    written = write_outputs(result, folder, config)
+    if quiet:
+        click.echo(str(folder))
+        return
+    console = Console()
+    print_summary(result.summary, console, title=f"{config.name} ({scenario})")
+    console.print(f"wall time {result.wall_time_s:.2f} s; wrote " + ", ".join(str(p) for p in written))
+    if any(p.name == "trace.json" for p in written):
+        console.print("open trace.json at https://ui.perfetto.dev (Open trace file)")

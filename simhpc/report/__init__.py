@@ -1,0 +1,1 @@
+"""Reports: summary files, metrics tables and figures."""

@@ -1,0 +1,44 @@
+"""Console tables of run summaries (rich), with units read from key suffixes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simhpc.units import format_bandwidth, format_size, format_time
+
+_SUFFIX_FORMATS = (("_s", format_time), ("_bytes", format_size), ("_Bps", format_bandwidth))
+
+
+def format_value(key: str, value: Any) -> str:
+    """Format ``value`` by its key's unit suffix (``_s``, ``_bytes``, ``_Bps``)."""
+    if isinstance(value, float):
+        for suffix, formatter in _SUFFIX_FORMATS:
+            if key.endswith(suffix):
+                return formatter(value)
+        return f"{value:.6g}"
+    return str(value)
+
+
+def flatten(summary: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Scalar leaves of a nested summary as (dotted key, value); lists are skipped."""
+    rows: list[tuple[str, Any]] = []
+    for key, value in summary.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows.extend(flatten(value, f"{name}."))
+        elif not isinstance(value, list):
+            rows.append((name, value))
+    return rows
+
+
+def print_summary(summary: dict[str, Any], console: Console, title: str = "summary", max_rows: int = 40) -> None:
+    """Print the scalar fields of a run summary as a two-column table."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    for key, value in flatten(summary)[:max_rows]:
+        table.add_row(key, format_value(key, value))
+    console.print(table)

@@ -1,0 +1,55 @@
+"""timeline.png: every track's busy intervals over simulated time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from simhpc.engine.recorder import TraceRecorder  # noqa: E402
+from simhpc.units import format_time  # noqa: E402
+
+MAX_ROWS = 48
+
+
+def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", max_rows: int = MAX_ROWS) -> None:
+    """Draw one row per track (the ``max_rows`` busiest, in creation order), spans as bars.
+
+    Bars are coloured by span category (or name when there is none).
+    """
+    tracks = [track for track in recorder.tracks if track.spans]
+    if len(tracks) > max_rows:
+        keep = {id(t) for t in sorted(tracks, key=lambda t: -t.busy_time())[:max_rows]}
+        tracks = [track for track in tracks if id(track) in keep]
+    end = recorder.end_time() or 1.0
+    scale, unit = _time_scale(end)
+    labels = sorted({span.category or span.name for track in tracks for span in track.spans})
+    colours = {label: plt.get_cmap("tab20")(i % 20) for i, label in enumerate(labels)}
+    height = max(2.5, 0.28 * len(tracks) + 1.2)
+    figure, axes = plt.subplots(figsize=(12, height))
+    for row, track in enumerate(tracks):
+        bars = [(span.start * scale, (span.end - span.start) * scale) for span in track.spans]
+        faces = [colours[span.category or span.name] for span in track.spans]
+        axes.broken_barh(bars, (row - 0.4, 0.8), facecolors=faces, linewidth=0)
+    axes.set_yticks(range(len(tracks)))
+    axes.set_yticklabels([track.label for track in tracks], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlim(0, end * scale)
+    axes.set_xlabel(f"simulated time ({unit})")
+    axes.set_title(title or "timeline")
+    if len(labels) <= 20:
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[label]) for label in labels]
+        axes.legend(handles, labels, fontsize=7, loc="upper right", ncol=min(4, max(1, len(labels))))
+    figure.tight_layout()
+    figure.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(figure)
+
+
+def _time_scale(end: float) -> tuple[float, str]:
+    """A unit for the x axis such that the run spans more than one unit."""
+    unit = format_time(end).split()[-1]
+    factors = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "ps": 1e12}
+    return factors[unit], unit

@@ -1,0 +1,118 @@
+"""Run one scenario: build the machine, start the workload, simulate, collect results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simhpc import __version__
+from simhpc.costs import CostModel
+from simhpc.engine import Simulation
+from simhpc.errors import ScenarioError, SimulatedOOM
+from simhpc.registry import lookup
+from simhpc.scenario.loader import scenario_catalog
+from simhpc.scenario.schema import ScenarioBase
+from simhpc.workloads.base import InvalidReference, RunContext, Workload
+
+
+@dataclass
+class RunResult:
+    """The outcome of one run. ``summary`` is deterministic; ``wall_time_s`` is not."""
+
+    summary: dict[str, Any]
+    sim: Simulation
+    workload: Workload
+    wall_time_s: float
+
+
+def default_cost_model() -> CostModel:
+    """The cost model runs use: calibrated from the committed host calibration when present."""
+    try:
+        from simhpc.costs.calibration import default_efficiency  # type: ignore[attr-defined]
+    except ImportError:
+        return CostModel()
+    return CostModel(default_efficiency())
+
+
+def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulation, Workload]:
+    """Create the simulation, network and workload of ``scenario`` (nothing runs yet)."""
+    sim = Simulation(scenario.seed)
+    catalog = scenario_catalog(scenario, source)
+    network = None
+    if scenario.network is not None:
+        from simhpc.network import Network
+
+        try:
+            topology = scenario.network.topology.build(catalog)
+        except ValueError as error:
+            raise ScenarioError(source, "network.topology", str(error)) from None
+        network = Network(sim, topology, mode=scenario.network.mode)
+    context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network)
+    config = scenario.workload  # type: ignore[attr-defined]
+    try:
+        workload = lookup("workload", config.kind)(config, context)
+    except InvalidReference as error:
+        raise ScenarioError(source, f"workload.{error.field}", str(error)) from None
+    return sim, workload
+
+
+def simulate(
+    scenario: ScenarioBase,
+    source: str = "<scenario>",
+    monitor: Callable[[Simulation], AbstractContextManager[Any]] | None = None,
+) -> RunResult:
+    """Run ``scenario`` to completion (or ``outputs.max_time``) and summarise it.
+
+    A simulated out-of-memory ends the run early and is reported in the summary
+    (``status: "oom"``), not raised. ``monitor(sim)`` (a progress display, say) is entered
+    around the simulation.
+    """
+    started = time.perf_counter()
+    sim, workload = build(scenario, source)
+    workload.start()
+    status, error = "ok", None
+    try:
+        with monitor(sim) if monitor else nullcontext():
+            sim.run(until=scenario.outputs.max_time)
+    except SimulatedOOM as oom:
+        status, error = "oom", {"device": oom.device, "what": oom.what, "message": str(oom)}
+    summary: dict[str, Any] = {
+        "simhpc_version": __version__,
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "status": status,
+        "simulated_time_s": sim.now,
+        "events_processed": sim.events_processed,
+    }
+    if error:
+        summary["error"] = error
+    summary["workload"] = workload.summary()
+    network = workload.ctx.network
+    if network is not None:
+        summary["network"] = network.stats()
+    return RunResult(summary, sim, workload, time.perf_counter() - started)
+
+
+def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase) -> list[Path]:
+    """Write summary.json, metrics.csv and (if enabled) trace.json and timeline.png."""
+    from simhpc.report.metrics import write_metrics_csv, write_summary_json
+    from simhpc.report.timeline import plot_timeline
+    from simhpc.trace.chrome import write_chrome_trace
+
+    folder = Path(outdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "summary.json", folder / "metrics.csv"]
+    write_summary_json(result.summary, written[0])
+    write_metrics_csv(result.sim, written[1])
+    if scenario.outputs.trace:
+        written.append(folder / "trace.json")
+        metadata = {"simhpc_version": __version__, "scenario": scenario.name, "seed": scenario.seed}
+        write_chrome_trace(result.sim.trace, written[-1], metadata)
+    if scenario.outputs.timeline:
+        written.append(folder / "timeline.png")
+        plot_timeline(result.sim.trace, written[-1], title=scenario.name)
+    return written

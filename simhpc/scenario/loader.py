@@ -1,0 +1,159 @@
+"""Reading scenario files: YAML -> overrides -> validated model -> cross-references checked.
+
+Every user mistake becomes a :class:`~simhpc.errors.ScenarioError` reading
+``FILE: field.path: message``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from simhpc.errors import ScenarioError
+from simhpc.hardware.catalog import Catalog, CatalogError, builtin_catalog
+from simhpc.registry import UnknownNameError, lookup
+from simhpc.scenario.network import GpuCluster
+from simhpc.scenario.overrides import OverrideError, apply_override, parse_override
+from simhpc.scenario.schema import ScenarioBase, scenario_model
+from simhpc.workloads.base import InvalidReference
+
+MAX_SCENARIO_BYTES = 16 * 2**20
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping from ``path``, with one-line errors for every way it can fail."""
+    source = str(path)
+    file = Path(path)
+    if not file.exists():
+        raise ScenarioError(source, "", "no such file")
+    if file.is_dir():
+        raise ScenarioError(source, "", "is a directory, expected a scenario file (.yaml)")
+    try:
+        raw = file.read_bytes()
+    except OSError as error:
+        raise ScenarioError(source, "", f"cannot read: {error.strerror}") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(source, "", f"file is too large for a scenario ({len(raw)} bytes)")
+    if b"\x00" in raw:
+        raise ScenarioError(source, "", "not a text file (binary content)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(source, "", "not a UTF-8 text file") from None
+    if not text.strip():
+        raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ScenarioError(source, "", f"YAML syntax error{where}: {problem}") from None
+    if data is None:
+        raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
+    if not isinstance(data, dict):
+        raise ScenarioError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _dotted(location: Iterable[Any]) -> str:
+    return ".".join(str(part) for part in location)
+
+
+def _strip_tags(location: tuple[Any, ...], data: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Remove union tags pydantic inserts into error locations (the value of ``kind``)."""
+    kept: list[Any] = []
+    node: Any = data
+    for part in location:
+        if isinstance(node, Mapping) and part not in node and isinstance(part, str):
+            if node.get("kind") == part:
+                continue
+        kept.append(part)
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(kept)
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    if error["type"] == "missing":
+        return "field required"
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    if error["type"] == "union_tag_invalid":
+        return message.replace("Input tag", "kind").replace(" found using 'kind'", "")
+    if "input" in error and error["type"] not in ("value_error",) and not isinstance(error["input"], (dict, list)):
+        message += f", got {error['input']!r}"
+    return message
+
+
+def scenario_from_dict(data: Mapping[str, Any], source: str = "<scenario>") -> ScenarioBase:
+    """Validate a raw mapping and check its references to the catalog and registries."""
+    model = scenario_model()
+    try:
+        scenario = model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        path = _dotted(_strip_tags(tuple(first["loc"]), data))
+        more = error.error_count() - 1
+        suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+        raise ScenarioError(source, path or "<top>", _message(first) + suffix) from None
+    check_references(scenario, source)
+    return scenario
+
+
+def scenario_catalog(scenario: ScenarioBase, source: str = "<scenario>") -> Catalog:
+    """The built-in catalog plus the scenario's ``hardware:`` entries."""
+    try:
+        return builtin_catalog().merged(scenario.hardware, "hardware")
+    except CatalogError as error:
+        raise ScenarioError(source, error.path, error.message) from None
+
+
+def check_references(scenario: ScenarioBase, source: str) -> None:
+    """Check names that refer to the catalog or registries (nodes, policies, ...)."""
+    catalog = scenario_catalog(scenario, source)
+    topology = scenario.network.topology if scenario.network else None
+    if isinstance(topology, GpuCluster) and topology.node not in catalog.nodes:
+        known = ", ".join(sorted(catalog.nodes))
+        raise ScenarioError(source, "network.topology.node", f"unknown node {topology.node!r} (known: {known})")
+    workload = scenario.workload  # type: ignore[attr-defined]
+    workload_class = lookup("workload", workload.kind)
+    if workload_class.needs_network and scenario.network is None:
+        raise ScenarioError(source, "network", f"workload {workload.kind!r} needs a network section")
+    try:
+        workload_class.check(workload, catalog, topology)
+    except InvalidReference as error:
+        raise ScenarioError(source, f"workload.{error.field}", str(error)) from None
+    except UnknownNameError as error:
+        raise ScenarioError(source, "workload", str(error)) from None
+
+
+def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> ScenarioBase:
+    """Load, override and validate a scenario file."""
+    source = str(path)
+    data = read_yaml(path)
+    data = with_overrides(data, overrides, source)
+    return scenario_from_dict(data, source)
+
+
+def with_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
+    """Apply ``--set`` overrides, turning their errors into ScenarioErrors."""
+    for text in overrides:
+        try:
+            path, value = parse_override(text)
+            data = apply_override(data, path, value)
+        except OverrideError as error:
+            raise ScenarioError(source, error.path, f"{error} (--set {text})") from None
+    return data

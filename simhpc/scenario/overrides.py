@@ -1,0 +1,64 @@
+"""``--set dotted.path=value`` overrides applied to a raw scenario mapping."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+
+class OverrideError(ValueError):
+    """An override is malformed or names a path that does not exist."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``a.b.c=value``; the value is read as YAML ('20' -> 20, '[1, 2]' -> list)."""
+    if "=" not in text:
+        raise OverrideError(text, f"expected --set PATH=VALUE, got {text!r}")
+    path, raw = text.split("=", 1)
+    path = path.strip()
+    if not path or any(not part for part in path.split(".")):
+        raise OverrideError(path or text, f"malformed path in --set {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``path`` set to ``value``.
+
+    Every parent on the path must exist (a mapping key or a list index); the last key may be new
+    only inside an existing mapping, where the schema then decides whether it is allowed.
+    """
+    result = copy.deepcopy(data)
+    parts = path.split(".")
+    node: Any = result
+    for depth, part in enumerate(parts):
+        here = ".".join(parts[: depth + 1])
+        last = depth == len(parts) - 1
+        if isinstance(node, dict):
+            if last:
+                node[part] = value
+            elif part not in node or not isinstance(node[part], (dict, list)):
+                missing = part not in node
+                raise OverrideError(here, "no such field to override" if missing else
+                                    "cannot set a field below a value that is not a mapping")
+            else:
+                node = node[part]
+        elif isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise OverrideError(here, f"no list item {part!r} (the list has {len(node)} items)")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        else:  # pragma: no cover - guarded above
+            raise OverrideError(here, "cannot index into a value")
+    return result

@@ -1,0 +1,1 @@
+"""Traces: the Chrome/Perfetto JSON writer, readers of measured traces, and comparison."""

@@ -1,0 +1,65 @@
+"""What every workload implements, and the run context it receives."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from simhpc.costs import CostModel
+from simhpc.engine import Simulation
+from simhpc.hardware.catalog import Catalog
+from simhpc.scenario.types import Strict
+
+
+class InvalidReference(ValueError):
+    """A scenario field names something that does not exist (a catalog entry, a rank).
+
+    ``field`` is the dotted path below the workload section.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass
+class RunContext:
+    """What a workload gets to act on: the simulation, hardware, network and cost model."""
+
+    sim: Simulation
+    catalog: Catalog
+    cost_model: CostModel
+    network: Any = None
+    """A :class:`simhpc.network.Network`, or None when the scenario has no network section."""
+
+
+class Workload(ABC):
+    """A workload turns its config into SimPy processes on devices and links.
+
+    Subclasses set ``Config`` (a :class:`Strict` pydantic model with a ``kind`` literal) and are
+    registered with ``@register("workload", kind)``.
+    """
+
+    Config: ClassVar[type[Strict]]
+    needs_network: ClassVar[bool] = False
+
+    def __init__(self, config: Any, context: RunContext) -> None:
+        self.config = config
+        self.ctx = context
+        self.sim = context.sim
+
+    @classmethod
+    def check(cls, config: Any, catalog: Catalog, topology: Any) -> None:
+        """Validate references (catalog entries, ranks of the topology config).
+
+        Raise :class:`InvalidReference` naming the field below ``workload``.
+        """
+
+    @abstractmethod
+    def start(self) -> None:
+        """Schedule the workload's processes on the simulation."""
+
+    @abstractmethod
+    def summary(self) -> dict[str, Any]:
+        """Results after the simulation has run (JSON-serialisable, deterministic)."""

@@ -1,0 +1,73 @@
+"""End to end: `simhpc run` writes its outputs, deterministically, as a valid Chrome trace."""
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simhpc.cli import main
+from simhpc.runner import simulate
+from simhpc.scenario.loader import load_scenario
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
+
+
+def run_cli(scenario: Path, outdir: Path, *args: str):
+    result = CliRunner().invoke(main, ["run", str(scenario), "-o", str(outdir), *args])
+    assert result.exit_code == 0, result.output + (result.stderr or "")
+    return result
+
+
+def test_demo_writes_all_outputs_and_is_deterministic(tmp_path, scenarios_dir):
+    demo = scenarios_dir / "demo.yaml"
+    run_cli(demo, tmp_path / "a")
+    run_cli(demo, tmp_path / "b")
+    for name in ("summary.json", "trace.json", "metrics.csv", "timeline.png"):
+        assert (tmp_path / "a" / name).stat().st_size > 0
+    for name in ("summary.json", "trace.json", "metrics.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    assert summary["workload"]["iterations_done"] == 3
+
+
+def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir):
+    run_cli(scenarios_dir / "demo.yaml", tmp_path)
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    named_processes = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    named_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = defaultdict(list)
+    for event in events:
+        if event["ph"] == "X":
+            assert event["dur"] >= 0 and event["ts"] >= 0
+            assert (event["pid"], event["tid"]) in named_threads
+            spans[(event["pid"], event["tid"])].append((event["ts"], event["ts"] + event["dur"]))
+        if event["ph"] in ("X", "C", "i", "s", "f"):
+            assert event["pid"] in named_processes
+    assert spans, "no busy spans"
+    for track, intervals in spans.items():
+        intervals.sort()
+        for (_, end), (start, _) in zip(intervals, intervals[1:]):
+            assert start >= end - 1e-6, f"overlapping spans on {track}"
+    counters = [e for e in events if e["ph"] == "C"]
+    assert any("utilisation" in e["args"] for e in counters)
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    finishes = {e["id"] for e in events if e["ph"] == "f"}
+    assert starts and starts == finishes
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.stem for s in SCENARIOS])
+def test_every_scenario_runs(scenario):
+    config = load_scenario(scenario)
+    result = simulate(config, str(scenario))
+    assert result.summary["status"] in ("ok", "oom")
+    assert result.summary["simulated_time_s"] > 0
+
+
+def test_override_changes_the_run(scenarios_dir):
+    base = simulate(load_scenario(scenarios_dir / "allreduce_torus.yaml"))
+    bigger = simulate(load_scenario(scenarios_dir / "allreduce_torus.yaml", ["workload.size=128 MiB"]))
+    assert bigger.summary["workload"]["mean_time_s"] > 1.9 * base.summary["workload"]["mean_time_s"]
+

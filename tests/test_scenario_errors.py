@@ -1,0 +1,132 @@
+"""Bad input: every malformed scenario exits with status 2 and one line naming the field."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simhpc.cli import main
+
+VALID = """\
+name: ok
+seed: 0
+network:
+  mode: flow
+  topology: {kind: single_switch, hosts: 4, bandwidth: 100 Gb/s, latency: 1 us}
+workload: {kind: collective, collective: all_reduce, size: 1 MiB, iterations: 2}
+"""
+
+
+def edited(change) -> str:
+    data = yaml.safe_load(VALID)
+    change(data)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def setter(path: str, value):
+    def change(data):
+        node = data
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return change
+
+
+def deleter(path: str):
+    def change(data):
+        node = data
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[part]
+        del node[last]
+    return change
+
+
+# (case id, file content (str or bytes), extra CLI args, text the error line must contain)
+CASES = [
+    ("unknown-top-key", edited(setter("foo", 1)), [], "foo: unknown field"),
+    ("unknown-workload-key", edited(setter("workload.sizee", "1 MiB")), [], "workload.sizee: unknown field"),
+    ("wrong-unit", edited(setter("workload.size", "1 MiB/s")), [], "workload.size: expected a size"),
+    ("bandwidth-word", edited(setter("network.topology.bandwidth", "fast")), [],
+     "network.topology.bandwidth: expected a bandwidth like '100 Gb/s', got 'fast'"),
+    ("negative-size", edited(setter("workload.size", "-1 MiB")), [], "workload.size"),
+    ("zero-size", edited(setter("workload.size", "0 B")), [], "workload.size: Input should be greater than 0"),
+    ("missing-workload", edited(deleter("workload")), [], "workload: field required"),
+    ("missing-hosts", edited(deleter("network.topology.hosts")), [], "network.topology.hosts: field required"),
+    ("iterations-word", edited(setter("workload.iterations", "many")), [], "workload.iterations"),
+    ("iterations-zero", edited(setter("workload.iterations", 0)), [], "workload.iterations"),
+    ("iterations-float", edited(setter("workload.iterations", 2.5)), [], "workload.iterations"),
+    ("yaml-syntax", "name: [unclosed\nworkload: {kind: collective\n", [], "YAML syntax error at line"),
+    ("unknown-workload-kind", edited(setter("workload.kind", "quantum")), [], "workload: kind 'quantum'"),
+    ("unknown-topology-kind", edited(setter("network.topology.kind", "hypercube")), [],
+     "network.topology: kind 'hypercube'"),
+    ("unknown-node", edited(setter("network.topology", {"kind": "gpu_cluster", "node": "dgx-z9"})), [],
+     "network.topology.node: unknown node 'dgx-z9'"),
+    ("empty-file", "", [], "file is empty"),
+    ("only-comment", "# nothing here\n", [], "file is empty"),
+    ("binary-garbage", bytes(range(256)) * 4, [], "not a text file"),
+    ("latin1-text", "name: caf\xe9\n".encode("latin-1"), [], "not a UTF-8 text file"),
+    ("top-level-list", "- 1\n- 2\n", [], "expected a mapping at the top level"),
+    ("override-missing-path", VALID, ["--set", "nothere.x=1"], "nothere: no such field to override"),
+    ("override-typo", VALID, ["--set", "workload.iteratons=3"], "workload.iteratons: unknown field"),
+    ("override-bad-value", VALID, ["--set", "workload.size=fast"], "workload.size: expected a size"),
+    ("override-no-equals", VALID, ["--set", "workload.size"], "expected --set PATH=VALUE"),
+    ("override-list-index", VALID, ["--set", "network.topology.hosts.3=1"], "network.topology.hosts.3"),
+    ("negative-latency", edited(setter("network.topology.latency", "-2 us")), [], "network.topology.latency"),
+    ("unknown-mode", edited(setter("network.mode", "fluid")), [], "network.mode: Input should be"),
+    ("unknown-collective", edited(setter("workload.collective", "allreduce")), [], "workload.collective"),
+    ("negative-seed", edited(setter("seed", -1)), [], "seed: Input should be greater than or equal to 0"),
+    ("seed-string", edited(setter("seed", "abc")), [], "seed: Input should be a valid integer"),
+    ("torus-1d", edited(setter("network.topology", {"kind": "torus", "dims": [4], "bandwidth": "1 GB/s"})), [],
+     "network.topology.dims"),
+    ("hardware-bad-field", edited(setter("hardware", {"gpus": {"x": {
+        "peak_flops": {"fp32": "1 TFLOP/s"}, "memory_bandwidth": "fast", "memory_capacity": "1 GiB"}}})), [],
+     "hardware.gpus.x.memory_bandwidth: expected a bandwidth"),
+    ("hardware-unknown-section", edited(setter("hardware", {"tpus": {}})), [], "hardware.tpus: unknown section"),
+    ("too-many-ranks", edited(setter("workload.ranks", 100)), [], "workload.ranks: 100 ranks requested"),
+    ("unknown-rank-name", edited(setter("workload.ranks", ["h0", "h77"])), [], "workload.ranks: unknown endpoint"),
+    ("oversubscription-below-one", edited(setter("network.topology", {
+        "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": 0.5})), [],
+     "network.topology.oversubscription"),
+    ("missing-network", edited(deleter("network")), [], "network: workload 'collective' needs a network"),
+    ("max-time-word", edited(setter("outputs", {"max_time": "soon"})), [], "outputs.max_time: expected a time"),
+    ("workload-string", edited(setter("workload", "collective")), [], "workload"),
+    ("hosts-string", edited(setter("network.topology.hosts", "four")), [], "network.topology.hosts"),
+]
+
+
+@pytest.mark.parametrize(("case", "content", "args", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_malformed_scenario_exits_2_with_one_line(tmp_path: Path, case, content, args, expected):
+    path = tmp_path / f"{case}.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "out"), *args])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {path}: "), lines[0]
+    assert expected in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_directory_and_missing_file(tmp_path: Path):
+    for target, expected in ((tmp_path, "is a directory"), (tmp_path / "nope.yaml", "no such file")):
+        result = CliRunner().invoke(main, ["run", str(target)])
+        assert result.exit_code == 2
+        assert expected in result.stderr
+
+
+def test_real_process_prints_no_traceback(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(edited(setter("network.topology.bandwidth", "fast")))
+    process = subprocess.run([sys.executable, "-m", "simhpc", "run", str(bad)], capture_output=True, text=True)
+    assert process.returncode == 2
+    assert process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
+    assert "network.topology.bandwidth" in process.stderr
