@@ -6,6 +6,7 @@ User mistakes (:class:`~simhpc.errors.SimhpcError`) print one line on stderr and
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -40,21 +41,30 @@ def user_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class _Group(click.Group):
-    """A click group whose usage errors also exit with status 2 (click's default)."""
+# Subcommand name -> module defining ``command``; imported only when the command is used, so
+# `simhpc run` does not pay for the imports of `compare` or `sweep`.
+COMMANDS = {
+    "run": "simhpc.cli.run_cmd",
+    "sweep": "simhpc.cli.sweep_cmd",
+    "compare": "simhpc.cli.compare_cmd",
+    "calibrate": "simhpc.cli.calibrate_cmd",
+    "plot": "simhpc.cli.plot_cmd",
+    "list": "simhpc.cli.list_cmd",
+}
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """A click group that imports each subcommand's module on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        return importlib.import_module(module).command if module else None
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="simhpc")
 def main() -> None:
     """simhpc: a discrete-event simulator of HPC and ML-training clusters."""
-
-
-def _add_commands() -> None:
-    from simhpc.cli import calibrate_cmd, compare_cmd, list_cmd, plot_cmd, run_cmd, sweep_cmd
-
-    for module in (run_cmd, sweep_cmd, compare_cmd, calibrate_cmd, plot_cmd, list_cmd):
-        main.add_command(module.command)
-
-
-_add_commands()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -9,21 +10,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from simhpc.engine.recorder import TraceRecorder  # noqa: E402
+from simhpc.engine.recorder import Track, TraceRecorder  # noqa: E402
 from simhpc.units import format_time  # noqa: E402
 
 MAX_ROWS = 48
 
 
 def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", max_rows: int = MAX_ROWS) -> None:
-    """Draw one row per track (the ``max_rows`` busiest, in creation order), spans as bars.
+    """Draw one row per track, spans as bars coloured by category (or name).
 
-    Bars are coloured by span category (or name when there is none).
+    With more than ``max_rows`` tracks, rows are picked round-robin over track families
+    (labels with digits masked: every NVLink, every NIC, ...), busiest first, so each kind of
+    resource stays visible; rows keep their creation order.
     """
-    tracks = [track for track in recorder.tracks if track.spans]
-    if len(tracks) > max_rows:
-        keep = {id(t) for t in sorted(tracks, key=lambda t: -t.busy_time())[:max_rows]}
-        tracks = [track for track in tracks if id(track) in keep]
+    tracks = _pick_rows([track for track in recorder.tracks if track.spans], max_rows)
     end = recorder.end_time() or 1.0
     scale, unit = _time_scale(end)
     labels = sorted({span.category or span.name for track in tracks for span in track.spans})
@@ -46,6 +46,21 @@ def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", ma
     figure.tight_layout()
     figure.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(figure)
+
+
+def _pick_rows(tracks: list[Track], max_rows: int) -> list[Track]:
+    if len(tracks) <= max_rows:
+        return tracks
+    families: dict[str, list[Track]] = {}
+    for track in sorted(tracks, key=lambda t: (-t.busy_time(), t.index)):
+        families.setdefault(re.sub(r"\d+", "#", track.label), []).append(track)
+    queues = list(families.values())
+    chosen: list[Track] = []
+    while len(chosen) < max_rows:
+        for queue in queues:
+            if queue and len(chosen) < max_rows:
+                chosen.append(queue.pop(0))
+    return sorted(chosen, key=lambda t: t.index)
 
 
 def _time_scale(end: float) -> tuple[float, str]:
