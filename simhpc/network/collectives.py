@@ -1,0 +1,291 @@
+"""`Communicator`: MPI/NCCL-style collectives built on network transfers.
+
+``nbytes`` is the per-rank buffer size ``S``. Ring algorithms move ``S / n`` per step. The
+compute cost of reductions is ignored: only the data movement is simulated. Every method
+returns an event that fires when every rank has finished; each rank's part is recorded as a
+span on its track ``(rank, name)`` (overlapping collectives on one rank go to extra lanes
+``name.1``, ``name.2``, ...) with the argument ``bytes`` (``S``; all-to-all: the total moved).
+:meth:`Communicator.send` also records a trace arrow from the send to its receive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simhpc.engine import Track
+from simhpc.network.fabric import Network
+from simhpc.network.schedules import BinomialTree, Ring
+
+ALL_REDUCE_ALGORITHMS = ("ring", "tree", "hierarchical")
+
+
+class _Collective:
+    """Tracks which ranks have finished one collective; records spans, fires ``done``."""
+
+    def __init__(self, comm: Communicator, label: str, ranks: list[int], nbytes: float) -> None:
+        self.comm = comm
+        self.label = label
+        self.ranks = ranks
+        self.nbytes = nbytes
+        self.start = comm.network.sim.now
+        self.ends: dict[int, float] = {}
+        self.tracks: dict[int, Track] = {}
+        self.done = comm.network.sim.event()
+
+    def finish(self, rank: int) -> None:
+        """Rank ``rank`` (an index into the communicator) has finished its part."""
+        self.ends[rank] = self.comm.network.sim.now
+        if len(self.ends) == len(self.ranks):
+            self.comm._record(self)
+            self.done.succeed()
+
+
+class Communicator:
+    """A group of ranks (endpoint names) running collectives over a :class:`Network`.
+
+    Args:
+        network: the network the transfers use.
+        ranks: endpoint names, one per rank, in rank order.
+        name: label of the trace tracks and transfers.
+        record: record per-rank spans and send arrows in the trace.
+    """
+
+    def __init__(
+        self, network: Network, ranks: Sequence[str], name: str = "comm", record: bool = True
+    ) -> None:
+        self.network = network
+        self.ranks = list(ranks)
+        self.name = name
+        self.record = record
+        if not self.ranks:
+            raise ValueError(f"communicator {name!r} has no ranks")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"communicator {name!r}: a rank appears twice in {self.ranks}")
+        for rank in self.ranks:
+            network.topology.node_of(rank)  # raises on an unknown endpoint
+        self._index = {rank: i for i, rank in enumerate(self.ranks)}
+        self._lanes: dict[str, list[Track]] = {}
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return len(self.ranks)
+
+    def _rank_index(self, rank: str | int) -> int:
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            if not 0 <= rank < self.size:
+                raise ValueError(f"communicator {self.name!r}: rank {rank} out of range 0..{self.size - 1}")
+            return rank
+        try:
+            return self._index[rank]  # type: ignore[index]
+        except KeyError:
+            raise ValueError(f"communicator {self.name!r}: {rank!r} is not one of its ranks") from None
+
+    @staticmethod
+    def _size(nbytes: float) -> float:
+        if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
+            raise ValueError(f"message size must be a finite number of bytes >= 0, got {nbytes!r}")
+        return float(nbytes)
+
+    # -- collectives --------------------------------------------------------------------------
+
+    def send(self, src: str | int, dst: str | int, nbytes: float) -> simpy.Event:
+        """Point-to-point send of ``nbytes`` from rank ``src`` to rank ``dst``."""
+        a, b = self._rank_index(src), self._rank_index(dst)
+        op = _Collective(self, "send", sorted({a, b}), self._size(nbytes))
+        event = self.network.transfer(self.ranks[a], self.ranks[b], op.nbytes, f"{self.name}.send")
+        event.callbacks.append(partial(self._sent, op, a, b))
+        return op.done
+
+    def _sent(self, op: _Collective, a: int, b: int, _event: simpy.Event) -> None:
+        for rank in op.ranks:
+            op.finish(rank)
+        if self.record:
+            sim = self.network.sim
+            sim.trace.arrow(f"{self.name}.send", op.tracks[a], op.start, op.tracks[b], sim.now)
+
+    def broadcast(self, root: str | int, nbytes: float) -> simpy.Event:
+        """Binomial-tree broadcast of ``nbytes`` from ``root``: ``ceil(log2 n)`` rounds."""
+        op = self._begin("broadcast", nbytes)
+        tree = BinomialTree(
+            self.network,
+            self.ranks,
+            self._rank_index(root),
+            op.nbytes,
+            True,
+            self._tag("broadcast"),
+            op.finish,
+        )
+        tree.start(self._rank_index(root))
+        return op.done
+
+    def reduce_scatter(self, nbytes: float) -> simpy.Event:
+        """Ring reduce-scatter: ``n - 1`` steps of ``S / n``."""
+        return self._ring("reduce_scatter", nbytes, self.size - 1)
+
+    def all_gather(self, nbytes: float) -> simpy.Event:
+        """Ring all-gather into an ``S``-byte buffer: ``n - 1`` steps of ``S / n``."""
+        return self._ring("all_gather", nbytes, self.size - 1)
+
+    def _ring(self, kind: str, nbytes: float, steps: int) -> simpy.Event:
+        op = self._begin(kind, nbytes)
+        ring = Ring(self.network, self.ranks, steps, op.nbytes / self.size, self._tag(kind), op.finish)
+        for i in range(self.size):
+            ring.start(i)
+        return op.done
+
+    def all_reduce(self, nbytes: float, algorithm: str = "ring") -> simpy.Event:
+        """All-reduce of an ``S``-byte buffer.
+
+        Args:
+            nbytes: buffer size ``S`` per rank.
+            algorithm: ``"ring"`` (``2(n-1)`` steps of ``S/n``), ``"tree"`` (binomial reduce to
+                rank 0, then binomial broadcast, full ``S`` per message) or ``"hierarchical"``
+                (ring reduce-scatter within each node, ring all-reduce of ``S/L`` across nodes
+                among ranks of the same local index, ring all-gather within each node; every
+                node must hold the same number ``L`` of ranks).
+        """
+        if algorithm not in ALL_REDUCE_ALGORITHMS:
+            raise ValueError(
+                f"all-reduce algorithm must be one of {', '.join(ALL_REDUCE_ALGORITHMS)}, got {algorithm!r}"
+            )
+        if algorithm == "ring":
+            return self._ring("all_reduce", nbytes, 2 * (self.size - 1))
+        op = self._begin(f"all_reduce.{algorithm}", nbytes)
+        tag = self._tag(f"all_reduce.{algorithm}")
+        if algorithm == "tree":
+            down = BinomialTree(self.network, self.ranks, 0, op.nbytes, True, tag, op.finish)
+            up = BinomialTree(self.network, self.ranks, 0, op.nbytes, False, tag, down.start)
+            for i in range(self.size):
+                up.start(i)
+        else:
+            self._hierarchical(op, tag)
+        return op.done
+
+    def _hierarchical(self, op: _Collective, tag: str) -> None:
+        machines: dict[str, list[int]] = {}
+        for i, rank in enumerate(self.ranks):
+            machines.setdefault(self.network.topology.node_of(rank), []).append(i)
+        nodes = list(machines.values())
+        local = len(nodes[0])
+        if any(len(members) != local for members in nodes):
+            sizes = {name: len(members) for name, members in machines.items()}
+            raise ValueError(
+                f"hierarchical all-reduce needs the same number of ranks on every node, got {sizes}"
+            )
+        size = op.nbytes
+        gather = [
+            Ring(
+                self.network,
+                [self.ranks[i] for i in members],
+                local - 1,
+                size / local,
+                tag,
+                partial(self._map_done, members, op.finish),
+            )
+            for members in nodes
+        ]
+        across = [
+            Ring(
+                self.network,
+                [self.ranks[members[j]] for members in nodes],
+                2 * (len(nodes) - 1),
+                size / (local * len(nodes)),
+                tag,
+                partial(self._start_in, gather, j),
+            )
+            for j in range(local)
+        ]
+        scatter = [
+            Ring(
+                self.network,
+                [self.ranks[i] for i in members],
+                local - 1,
+                size / local,
+                tag,
+                partial(self._start_across, across, a),
+            )
+            for a, members in enumerate(nodes)
+        ]
+        for ring in scatter:
+            for j in range(local):
+                ring.start(j)
+
+    @staticmethod
+    def _map_done(members: list[int], finish: Callable[[int], None], j: int) -> None:
+        finish(members[j])
+
+    @staticmethod
+    def _start_in(rings: list[Ring], j: int, a: int) -> None:
+        rings[a].start(j)
+
+    @staticmethod
+    def _start_across(rings: list[Ring], a: int, j: int) -> None:
+        rings[j].start(a)
+
+    def all_to_all(self, nbytes_per_pair: float = 0.0, matrix: Any = None) -> simpy.Event:
+        """Every rank sends to every other rank at once.
+
+        Args:
+            nbytes_per_pair: bytes each rank sends each other rank.
+            matrix: ``n x n`` bytes from rank ``i`` to rank ``j`` (uneven MoE dispatch); the
+                diagonal (local data) and zero entries send nothing. Overrides
+                ``nbytes_per_pair``.
+        """
+        n = self.size
+        if matrix is None:
+            sizes = np.full((n, n), self._size(nbytes_per_pair))
+        else:
+            sizes = np.array(matrix, dtype=float)
+            if sizes.shape != (n, n) or not np.all(np.isfinite(sizes)) or np.any(sizes < 0):
+                raise ValueError(f"all-to-all matrix must be {n}x{n} finite bytes >= 0")
+        np.fill_diagonal(sizes, 0.0)
+        op = self._begin("all_to_all", float(sizes.sum()))
+        pending = (np.count_nonzero(sizes, axis=0) + np.count_nonzero(sizes, axis=1)).tolist()
+        tag = self._tag("all_to_all")
+        rows, cols = np.nonzero(sizes)
+        for i, j, nbytes in zip(rows.tolist(), cols.tolist(), sizes[rows, cols].tolist()):
+            event = self.network.transfer(self.ranks[i], self.ranks[j], nbytes, tag)
+            event.callbacks.append(partial(self._pair_done, op, pending, i, j))
+        for i, count in enumerate(pending):
+            if count == 0:
+                op.finish(i)
+        return op.done
+
+    @staticmethod
+    def _pair_done(op: _Collective, pending: list[int], i: int, j: int, _event: simpy.Event) -> None:
+        for rank in (i, j):
+            pending[rank] -= 1
+            if pending[rank] == 0:
+                op.finish(rank)
+
+    # -- trace --------------------------------------------------------------------------------
+
+    def _tag(self, kind: str) -> str:
+        return f"{self.name}.{kind}"
+
+    def _begin(self, label: str, nbytes: float) -> _Collective:
+        return _Collective(self, label, list(range(self.size)), self._size(nbytes))
+
+    def _record(self, op: _Collective) -> None:
+        """One span per rank on the first lane of its track that is free since the op began."""
+        if not self.record:
+            return
+        trace = self.network.sim.trace
+        for i in op.ranks:
+            rank = self.ranks[i]
+            lanes = self._lanes.setdefault(rank, [])
+            for track in lanes:
+                if not track.spans or track.spans[-1].end <= op.start:
+                    break
+            else:
+                track = trace.track(rank, self.name if not lanes else f"{self.name}.{len(lanes)}")
+                lanes.append(track)
+            track.span(op.label, op.start, op.ends[i], "comm", {"bytes": op.nbytes})
+            op.tracks[i] = track

@@ -1,0 +1,311 @@
+"""Network topology: nodes, full-duplex links and deterministic routing.
+
+A :class:`Topology` wraps a :class:`networkx.DiGraph`. Every physical cable is two directed
+:class:`Link` objects, one per direction, each with its own capacity. Routing is deterministic:
+the path of least total routing cost (by default the link latency), ties broken by hop count,
+then by node names (walking back from the destination, the smallest-named predecessor wins).
+With ``ecmp=True`` the tie between equal-cost predecessors is broken by the pair's "spread", the
+sum of the source's and destination's ordinals, modulo the number of choices (the S+D-mod-k
+generalisation of fat-tree D-mod-k routing): each source spreads its destinations evenly over the
+parallel spines and each destination receives evenly from them, so symmetric patterns such as
+all-to-all load every uplink equally.
+
+Endpoints are the nodes traffic starts and ends at. Rank endpoints (``Topology.endpoints``) are
+the ordered names ranks map onto; other endpoints (host memory, say) are reachable but hold no
+rank. An endpoint belongs to a machine (:meth:`Topology.node_of`); traffic between machines
+leaves through the endpoint's gateway (its NIC) when one is set.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+_COST_QUANTUM = 1e-15
+"""Routing costs are compared as integer multiples of this (femtoseconds), so equal-cost
+paths tie exactly whatever order their latencies are added in."""
+
+_TREE_CACHE = 256
+"""Shortest-path trees kept per topology (least recently used are dropped)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a cable.
+
+    Attributes:
+        index: position in :attr:`Topology.links`.
+        src: node the bytes leave.
+        dst: node the bytes enter.
+        bandwidth: capacity in bytes/s (this direction only).
+        latency: propagation plus switching delay in seconds.
+        name: ``"src->dst"``, the trace track of the link.
+    """
+
+    index: int
+    src: str
+    dst: str
+    bandwidth: float
+    latency: float
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """A route: link indices, total latency (s), bottleneck bandwidth (bytes/s), links array."""
+
+    path: tuple[int, ...]
+    latency: float
+    bandwidth: float
+    links: np.ndarray
+
+
+class Topology:
+    """A directed graph of nodes and links with cached deterministic routes.
+
+    Args:
+        name: a label for summaries.
+        ecmp: spread equal-cost paths over the pairs (S+D mod k).
+    """
+
+    def __init__(self, name: str = "topology", *, ecmp: bool = False) -> None:
+        self.name = name
+        self.ecmp = ecmp
+        self.graph = nx.DiGraph()
+        self.endpoints: list[str] = []
+        self.links: list[Link] = []
+        self._cost: list[int] = []
+        self._transit: dict[str, bool] = {}
+        self._ordinal: dict[str, int] = {}
+        self._machine: dict[str, str] = {}
+        self._gateway: dict[str, str] = {}
+        self._adjacency: dict[str, list[tuple[str, int]]] = {}
+        self._paths: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._trees: OrderedDict[str, dict[str, tuple[tuple[str, int], ...]]] = OrderedDict()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def add_switch(self, name: str, *, machine: str | None = None) -> None:
+        """Add a switch (or router, NIC, bus): traffic may pass through it.
+
+        Args:
+            name: unique node name.
+            machine: the machine it sits in (default: itself).
+        """
+        self._add_node(name, kind="switch", transit=True, machine=machine or name)
+
+    def add_endpoint(
+        self, name: str, *, machine: str | None = None, rank: bool = True, transit: bool = False
+    ) -> None:
+        """Add an endpoint.
+
+        Args:
+            name: unique node name.
+            machine: the machine it belongs to (default: itself).
+            rank: whether ranks map onto it (appended to :attr:`endpoints`).
+            transit: whether traffic between other nodes may pass through it (direct networks).
+        """
+        self._add_node(name, kind="endpoint", transit=transit, machine=machine or name)
+        if rank:
+            self.endpoints.append(name)
+
+    def _add_node(self, name: str, *, kind: str, transit: bool, machine: str) -> None:
+        if name in self._transit:
+            raise ValueError(f"topology {self.name!r}: node {name!r} added twice")
+        self.graph.add_node(name, kind=kind)
+        self._transit[name] = transit
+        self._ordinal[name] = len(self._ordinal)
+        self._machine[name] = machine
+        self._adjacency[name] = []
+
+    def connect(
+        self, a: str, b: str, bandwidth: float, latency: float, *, cost: float | None = None
+    ) -> tuple[Link, Link]:
+        """Join ``a`` and ``b`` with a full-duplex cable: two links, one per direction.
+
+        Args:
+            a: one end (an existing node).
+            b: the other end.
+            bandwidth: bytes/s in each direction (> 0).
+            latency: seconds (>= 0).
+            cost: routing cost in seconds (default: ``latency``).
+
+        Returns:
+            The links ``a->b`` and ``b->a``.
+        """
+        for node in (a, b):
+            if node not in self._transit:
+                raise ValueError(f"topology {self.name!r}: unknown node {node!r}")
+        if a == b:
+            raise ValueError(f"topology {self.name!r}: a link from {a!r} to itself")
+        if self.graph.has_edge(a, b):
+            raise ValueError(f"topology {self.name!r}: {a!r} and {b!r} are already connected")
+        if not (math.isfinite(bandwidth) and bandwidth > 0):
+            raise ValueError(f"link {a}<->{b}: bandwidth must be finite and > 0, got {bandwidth!r}")
+        if not (math.isfinite(latency) and latency >= 0):
+            raise ValueError(f"link {a}<->{b}: latency must be finite and >= 0, got {latency!r}")
+        routing = latency if cost is None else cost
+        if not (math.isfinite(routing) and routing >= 0):
+            raise ValueError(f"link {a}<->{b}: cost must be finite and >= 0, got {cost!r}")
+        pair = (
+            self._add_link(a, b, bandwidth, latency, routing),
+            self._add_link(b, a, bandwidth, latency, routing),
+        )
+        self._forget_routes()
+        self._trees.clear()
+        return pair
+
+    def _add_link(self, src: str, dst: str, bandwidth: float, latency: float, cost: float) -> Link:
+        link = Link(len(self.links), src, dst, float(bandwidth), float(latency), f"{src}->{dst}")
+        self.links.append(link)
+        self._cost.append(round(cost / _COST_QUANTUM))
+        self.graph.add_edge(src, dst, link=link.index)
+        self._adjacency[src].append((dst, link.index))
+        return link
+
+    def set_gateway(self, endpoint: str, gateway: str) -> None:
+        """Route traffic between ``endpoint``'s machine and other machines through ``gateway``."""
+        for node in (endpoint, gateway):
+            if node not in self._transit:
+                raise ValueError(f"topology {self.name!r}: unknown node {node!r}")
+        self._gateway[endpoint] = gateway
+        self._forget_routes()
+
+    def _forget_routes(self) -> None:
+        self._paths.clear()
+        self._routes.clear()
+
+    # -- queries ------------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node, in the order added."""
+        return list(self.graph.nodes)
+
+    @property
+    def capacities(self) -> np.ndarray:
+        """Link bandwidths (bytes/s) indexed by link index."""
+        return np.array([link.bandwidth for link in self.links], dtype=float)
+
+    def node_of(self, endpoint: str) -> str:
+        """The machine ``endpoint`` belongs to (hierarchical collectives group ranks by it)."""
+        try:
+            return self._machine[endpoint]
+        except KeyError:
+            raise ValueError(f"topology {self.name!r}: unknown node {endpoint!r}") from None
+
+    def link(self, src: str, dst: str) -> Link:
+        """The link from ``src`` to ``dst``."""
+        try:
+            return self.links[self.graph.edges[src, dst]["link"]]
+        except KeyError:
+            raise ValueError(f"topology {self.name!r}: no link {src!r} -> {dst!r}") from None
+
+    def path(self, src: str, dst: str) -> tuple[int, ...]:
+        """Link indices from ``src`` to ``dst`` (empty when ``src == dst``); cached."""
+        key = (src, dst)
+        cached = self._paths.get(key)
+        if cached is not None:
+            return cached
+        for node in key:
+            if node not in self._transit:
+                raise ValueError(f"topology {self.name!r}: unknown node {node!r}")
+        waypoints = [src]
+        if self._machine[src] != self._machine[dst]:
+            waypoints += [self._gateway.get(src, src), self._gateway.get(dst, dst)]
+        waypoints.append(dst)
+        links: list[int] = []
+        spread = self._ordinal[src] + self._ordinal[dst]
+        for a, b in itertools.pairwise(waypoints):
+            if a != b:
+                links += self._walk(a, b, spread)
+        result = tuple(links)
+        self._paths[key] = result
+        return result
+
+    def route(self, src: str, dst: str) -> Route:
+        """The route from ``src`` to ``dst`` with its latency and bottleneck (cached)."""
+        key = (src, dst)
+        route = self._routes.get(key)
+        if route is None:
+            path = self.path(src, dst)
+            if len(set(path)) != len(path):
+                raise ValueError(f"topology {self.name!r}: the route {src} -> {dst} uses a link twice")
+            links = np.array(path, dtype=np.int64)
+            route = Route(path, self.path_latency(path), self.path_bandwidth(path), links)
+            self._routes[key] = route
+        return route
+
+    def path_latency(self, path: tuple[int, ...]) -> float:
+        """Sum of the link latencies along ``path`` (seconds)."""
+        return sum(self.links[i].latency for i in path)
+
+    def path_bandwidth(self, path: tuple[int, ...]) -> float:
+        """Bottleneck bandwidth along ``path`` (bytes/s; infinite for an empty path)."""
+        return min((self.links[i].bandwidth for i in path), default=math.inf)
+
+    def path_nodes(self, path: tuple[int, ...]) -> list[str]:
+        """The nodes a path visits, in order."""
+        if not path:
+            return []
+        return [self.links[path[0]].src] + [self.links[i].dst for i in path]
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def _walk(self, src: str, dst: str, spread: int) -> list[int]:
+        """Links of the chosen least-cost path, found by walking back over the predecessors."""
+        tree = self._tree(src)
+        if dst not in tree:
+            raise ValueError(f"topology {self.name!r}: no route from {src!r} to {dst!r}")
+        links: list[int] = []
+        node = dst
+        while node != src:
+            choices = tree[node]
+            if self.ecmp and len(choices) > 1:
+                choice = choices[spread % len(choices)]
+            else:
+                choice = choices[0]
+            node, index = choice
+            links.append(index)
+        links.reverse()
+        return links
+
+    def _tree(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Equal-cost predecessors (node, link) of every node reachable from ``src``, by name."""
+        tree = self._trees.get(src)
+        if tree is not None:
+            self._trees.move_to_end(src)
+            return tree
+        best: dict[str, tuple[int, int]] = {src: (0, 0)}
+        preds: dict[str, list[tuple[str, int]]] = {src: []}
+        done: set[str] = set()
+        heap: list[tuple[int, int, str]] = [(0, 0, src)]
+        cost = self._cost
+        while heap:
+            dist, hops, node = heapq.heappop(heap)
+            if node in done:
+                continue
+            done.add(node)
+            if node != src and not self._transit[node]:
+                continue
+            for nxt, index in self._adjacency[node]:
+                label = (dist + cost[index], hops + 1)
+                known = best.get(nxt)
+                if known is None or label < known:
+                    best[nxt] = label
+                    preds[nxt] = [(node, index)]
+                    heapq.heappush(heap, (label[0], label[1], nxt))
+                elif label == known:
+                    preds[nxt].append((node, index))
+        tree = {node: tuple(sorted(choices)) for node, choices in preds.items()}
+        self._trees[src] = tree
+        if len(self._trees) > _TREE_CACHE:
+            self._trees.popitem(last=False)
+        return tree

@@ -1,0 +1,170 @@
+"""The network's transfers: alpha-beta durations, flow-mode draining, byte accounting and trace."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simhpc.engine import Simulation
+from simhpc.network import Network, fat_tree, single_switch
+
+B, LAT = 1e10, 1e-6
+
+
+def run_transfers(mode: str, transfers: list[tuple[float, str, str, float]], topo=None, **kwargs):
+    """Issue (start, src, dst, nbytes) transfers; returns the simulation, network and end times."""
+    sim = Simulation()
+    network = Network(sim, topo or single_switch(4, B, LAT), mode, **kwargs)
+    ends: list[float] = [0.0] * len(transfers)
+
+    def one(i, start, src, dst, nbytes):
+        yield sim.timeout(start)
+        yield network.transfer(src, dst, nbytes, name=f"t{i}")
+        ends[i] = sim.now
+
+    for i, spec in enumerate(transfers):
+        sim.process(one(i, *spec))
+    sim.run()
+    return sim, network, ends
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+def test_single_transfer_takes_latency_plus_size_over_bandwidth(mode: str) -> None:
+    _, _, ends = run_transfers(mode, [(0.0, "h0", "h1", 1e8)])
+    assert ends[0] == pytest.approx(2 * LAT + 1e8 / B, rel=1e-12)
+
+
+def test_analytic_ignores_contention_and_flow_shares() -> None:
+    transfers = [(0.0, "h0", "h2", 1e8), (0.0, "h1", "h2", 1e8)]
+    _, _, analytic = run_transfers("analytic", transfers)
+    _, _, flow = run_transfers("flow", transfers)
+    assert analytic == pytest.approx([2 * LAT + 1e8 / B] * 2)
+    assert flow == pytest.approx([2 * LAT + 2e8 / B] * 2)
+
+
+def test_bottleneck_is_the_slowest_link() -> None:
+    topo = fat_tree(hosts=8, hosts_per_leaf=4, bandwidth=B, latency=LAT, oversubscription=4.0)
+    _, _, ends = run_transfers("analytic", [(0.0, "h0", "h5", 1e8)], topo)
+    assert ends[0] == pytest.approx(4 * LAT + 1e8 / (B / 4))
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+def test_zero_bytes_cost_latency_and_local_copies_are_free(mode: str) -> None:
+    _, network, ends = run_transfers(mode, [(0.0, "h0", "h1", 0.0), (1.0, "h2", "h2", 1e9)])
+    assert ends == pytest.approx([2 * LAT, 1.0])
+    assert network.link_bytes.sum() == 0.0
+
+
+def test_many_flows_finishing_together_complete_at_one_instant() -> None:
+    transfers = [(0.0, "h0", "h1", 1e8)] * 5
+    _sim, network, ends = run_transfers("flow", transfers)
+    assert ends == pytest.approx([2 * LAT + 5e8 / B] * 5, rel=1e-12)
+    assert network.stats()["flows"] == 5
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+def test_link_bytes_equal_bytes_sent_over_them(mode: str) -> None:
+    topo = fat_tree(hosts=8, hosts_per_leaf=4, bandwidth=B, latency=LAT)
+    rng = np.random.default_rng(3)
+    transfers = []
+    for _ in range(40):
+        src, dst = rng.choice(8, size=2, replace=False)
+        transfers.append((float(rng.uniform(0, 1e-3)), f"h{src}", f"h{dst}", float(rng.integers(1, 10**7))))
+    sim, network, _ = run_transfers(mode, transfers, topo)
+    expected = np.zeros(len(topo.links))
+    for _, src, dst, nbytes in transfers:
+        expected[list(topo.path(src, dst))] += nbytes
+    assert np.array_equal(network.link_bytes, expected)
+    stats = network.stats()
+    assert stats["bytes"] == sum(t[3] for t in transfers)
+    assert stats["transfers"] == 40
+    top = stats["busiest_links"][0]
+    assert top["bytes"] == expected.max()
+    assert top["utilisation"] > 0
+    if mode == "flow":  # analytic mode ignores contention: its utilisation may exceed 1
+        assert network.link_utilisation().max() <= 1 + 1e-9
+    assert network.link_utilisation(sim.now) == pytest.approx(expected / (topo.capacities * sim.now))
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+def test_link_tracks_hold_merged_non_overlapping_busy_spans(mode: str) -> None:
+    transfers = [(0.0, "h0", "h1", 1e8), (0.0, "h0", "h2", 1e8), (0.5, "h0", "h1", 1e8)]
+    sim, _network, ends = run_transfers(mode, transfers)
+    tracks = {track.thread: track for track in sim.trace.tracks if track.process == "network"}
+    assert set(tracks) == {"h0->switch", "switch->h1", "switch->h2"}
+    uplink = tracks["h0->switch"].spans
+    assert len(uplink) == 2  # the two overlapping transfers merge; the late one stands alone
+    assert all(a.end <= b.start for a, b in itertools.pairwise(uplink))
+    assert uplink[0].end == pytest.approx(max(ends[:2]))
+    assert uplink[1].end == pytest.approx(ends[2])
+
+
+def test_flow_mode_samples_link_utilisation() -> None:
+    sim, _, ends = run_transfers("flow", [(0.0, "h0", "h1", 1e8), (0.0, "h2", "h1", 1e8)])
+    series = {s.name: s for s in sim.trace.counters if s.process == "network"}
+    down = series["switch->h1"]
+    assert down.values[0] == {"utilisation": pytest.approx(1.0)}
+    assert down.values[-1] == {"utilisation": 0.0}
+    assert down.times[-1] == pytest.approx(ends[0])
+    assert series["h0->switch"].values[0] == {"utilisation": pytest.approx(0.5)}
+
+
+def test_recording_can_be_switched_off() -> None:
+    sim, network, _ = run_transfers("flow", [(0.0, "h0", "h1", 1e8)], record_links=False)
+    assert not sim.trace.tracks and not sim.trace.counters
+    assert network.link_bytes.sum() == 2e8
+
+
+def test_rejects_bad_input() -> None:
+    sim = Simulation()
+    topo = single_switch(2, B, LAT)
+    with pytest.raises(ValueError, match="mode"):
+        Network(sim, topo, "packet")
+    network = Network(sim, topo, "flow")
+    with pytest.raises(ValueError, match="nbytes"):
+        network.transfer("h0", "h1", -1.0)
+    with pytest.raises(ValueError, match="unknown node"):
+        network.transfer("h0", "h9", 1.0)
+
+
+def test_runs_are_byte_identical() -> None:
+    def run() -> str:
+        topo = fat_tree(hosts=16, hosts_per_leaf=4, bandwidth=B, latency=LAT, oversubscription=2.0)
+        transfers = [(0.0, f"h{i}", f"h{(5 * i + 3) % 16}", 1e6 * (i + 1)) for i in range(16)]
+        sim, network, ends = run_transfers("flow", transfers, topo)
+        spans = [(t.label, [(s.start, s.end) for s in t.spans]) for t in sim.trace.tracks]
+        counters = [(c.name, c.times, c.values) for c in sim.trace.counters]
+        return json.dumps([ends, network.stats(), spans, counters])
+
+    assert run() == run()
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 1000).map(lambda us: us * 1e-6),
+            st.integers(0, 7),
+            st.integers(0, 7),
+            st.integers(1, 10**7),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_no_link_is_ever_loaded_beyond_capacity(specs) -> None:
+    topo = fat_tree(hosts=8, hosts_per_leaf=4, bandwidth=B, latency=LAT, oversubscription=2.0)
+    transfers = [(start, f"h{a}", f"h{b}", float(n)) for start, a, b, n in specs]
+    sim, network, ends = run_transfers("flow", transfers, topo)
+    for series in sim.trace.counters:
+        assert all(sample["utilisation"] <= 1 + 1e-9 for sample in series.values)
+        assert series.values[-1]["utilisation"] == 0.0
+    assert network.active_flows() == []
+    for (start, src, dst, nbytes), end in zip(transfers, ends):
+        route = network.route(src, dst)
+        assert end >= start + route.latency + nbytes / route.bandwidth * (1 - 1e-9)
