@@ -12,16 +12,16 @@ import re
 
 __all__ = [
     "UnitError",
-    "parse_time",
-    "parse_size",
-    "parse_bandwidth",
-    "parse_rate",
-    "parse_frequency",
-    "parse_quantity",
-    "format_time",
-    "format_size",
     "format_bandwidth",
     "format_rate",
+    "format_size",
+    "format_time",
+    "parse_bandwidth",
+    "parse_frequency",
+    "parse_quantity",
+    "parse_rate",
+    "parse_size",
+    "parse_time",
 ]
 
 

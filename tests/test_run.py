@@ -1,5 +1,6 @@
 """End to end: `simhpc run` writes its outputs, deterministically, as a valid Chrome trace."""
 
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -50,7 +51,7 @@ def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, collective):
     assert spans, "no busy spans"
     for track, intervals in spans.items():
         intervals.sort()
-        for (_, end), (start, _) in zip(intervals, intervals[1:]):
+        for (_, end), (start, _) in itertools.pairwise(intervals):
             assert start >= end - 1e-6, f"overlapping spans on {track}"
     counters = [e for e in events if e["ph"] == "C"]
     assert any("utilisation" in e["args"] for e in counters)

@@ -76,7 +76,7 @@ class Simulation:
                 while peek() < until:
                     step()
                     processed += 1
-                env._now = max(env.now, float(until))  # noqa: SLF001 - simpy has no setter
+                env._now = max(env.now, float(until))
         except EmptySchedule:
             pass
         finally:

@@ -4,6 +4,13 @@ from simhpc.hardware.catalog import Catalog, CatalogError, builtin_catalog
 from simhpc.hardware.specs import CpuSpec, GpuSpec, LinkSpec, NodeSpec, SimdUnit, StorageSpec
 
 __all__ = [
-    "Catalog", "CatalogError", "builtin_catalog",
-    "CpuSpec", "GpuSpec", "LinkSpec", "NodeSpec", "SimdUnit", "StorageSpec",
+    "Catalog",
+    "CatalogError",
+    "CpuSpec",
+    "GpuSpec",
+    "LinkSpec",
+    "NodeSpec",
+    "SimdUnit",
+    "StorageSpec",
+    "builtin_catalog",
 ]

@@ -8,10 +8,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from simhpc.engine.recorder import Track, TraceRecorder  # noqa: E402
-from simhpc.units import format_time  # noqa: E402
+from simhpc.engine.recorder import TraceRecorder, Track
+from simhpc.units import format_time
 
 MAX_ROWS = 48
 

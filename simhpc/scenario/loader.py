@@ -65,14 +65,21 @@ def _dotted(location: Iterable[Any]) -> str:
 
 
 def _strip_tags(location: tuple[Any, ...], data: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Remove union tags pydantic inserts into error locations (the value of ``kind``)."""
+    """Remove the union tags pydantic inserts into error locations.
+
+    A discriminated union adds the value of ``kind`` right after the union's own field
+    (``workload.collective.size`` for ``workload.size``); at most one tag per level is dropped, so a
+    field that happens to share the kind's name still appears.
+    """
     kept: list[Any] = []
     node: Any = data
+    tag_dropped = False
     for part in location:
-        if isinstance(node, Mapping) and part not in node and isinstance(part, str):
-            if node.get("kind") == part:
-                continue
+        if not tag_dropped and isinstance(node, Mapping) and node.get("kind") == part:
+            tag_dropped = True
+            continue
         kept.append(part)
+        tag_dropped = False
         if isinstance(node, Mapping):
             node = node.get(part)
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
