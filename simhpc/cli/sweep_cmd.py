@@ -1,0 +1,90 @@
+"""``simhpc sweep SCENARIO [-o DIR] [--executor local|dask] [--workers N] [--scheduler ADDRESS]``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from simhpc.cli.main import user_errors
+from simhpc.sweep import ExecutorConfig, SweepError, SweepPlan, SweepReport, load_plan, run_sweep
+
+INTERRUPTED = 130
+SHOWN_ERRORS = 5
+
+
+@click.command("sweep")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("-o", "--outdir", type=click.Path(path_type=Path), default=None,
+              help="Sweep folder (default: sweeps/<scenario file stem>). Re-running resumes it.")
+@click.option("--spec", "spec_file", type=click.Path(path_type=Path), default=None,
+              help="Read the sweep spec from this file instead of the scenario's sweep: section.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override a field of the base scenario (repeatable).")
+@click.option("--grid", "grid", multiple=True, metavar="PATH=V1,V2,...",
+              help="Add a grid factor, e.g. --grid workload.size='1 MiB,16 MiB' (repeatable).")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+              help="local: processes on this machine (default); dask: a Dask cluster.")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes (local, or the Dask LocalCluster); default: the CPU count.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler address (tcp://host:port); without it --executor dask starts a "
+                   "LocalCluster.")
+@click.option("--outputs", "run_outputs", is_flag=True,
+              help="Also write each run's outputs (summary, trace, ...) to DIR/runs/<key>/ "
+                   "(runs already stored are not run again).")
+@click.option("--retry-errors", is_flag=True, help="Run again the runs stored with an error.")
+@click.option("--dry-run", is_flag=True, help="List the runs and exit (nothing runs or is written).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress, only the final lines.")
+@user_errors
+def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrides: tuple[str, ...],
+            grid: tuple[str, ...], executor: str | None, workers: int | None, scheduler: str | None,
+            run_outputs: bool, retry_errors: bool, dry_run: bool, quiet: bool) -> None:
+    """Run every point of SCENARIO's sweep; store each result in DIR/results.sqlite as it finishes.
+
+    The spec (``sweep: {grid: {path: [values]}, zip: {path: [values]}, seeds: [...]}``) is
+    validated for every point before any run starts. Runs already stored are skipped, so a
+    killed sweep resumes where it stopped. Exit status 1 if any run of the sweep raised.
+    """
+    if executor == "local" and scheduler:
+        raise SweepError("--scheduler needs --executor dask")
+    config = ExecutorConfig(kind="dask" if executor == "dask" or scheduler else "local", workers=workers,
+                            scheduler=scheduler)
+    config.check()
+    plan = load_plan(scenario, overrides, grid, spec_file)
+    if dry_run:
+        _print_plan(plan)
+        return
+    folder = outdir or Path("sweeps") / scenario.stem
+    log = (lambda message: None) if quiet else (lambda message: click.echo(f"sweep: {message}", err=True))
+    merged = plan.combinations - len(plan.points)
+    log(f"{len(plan.points)} runs in {scenario}" + (f" ({merged} duplicate points merged)" if merged else ""))
+    try:
+        report = run_sweep(plan, folder, config, retry_errors=retry_errors, run_outputs=run_outputs,
+                           progress=not quiet, log=log)
+    except KeyboardInterrupt:
+        click.echo(f"sweep: interrupted; finished runs are stored in {folder}, "
+                   "run the same command again to resume", err=True)
+        sys.exit(INTERRUPTED)
+    _print_report(report)
+    if report.failed:
+        sys.exit(1)
+
+
+def _print_plan(plan: SweepPlan) -> None:
+    click.echo(f"{len(plan.points)} runs ({plan.combinations} points) from {plan.source}")
+    for point in plan.points:
+        click.echo(f"{point.index:5d}  {point.key[:12]}  {point.label()}")
+
+
+def _print_report(report: SweepReport) -> None:
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts.items()))
+    ran = f"{report.ran} ran" + (f" ({counts})" if counts else "")
+    click.echo(f"sweep: {report.planned} runs: {ran}, {report.skipped} already stored; "
+               + ", ".join(str(path) for path in [report.folder / "results.sqlite", *report.exports]))
+    for point, message in report.failed[:SHOWN_ERRORS]:
+        click.echo(f"  error in {point.key[:12]} ({point.label()}): {message}", err=True)
+    if len(report.failed) > SHOWN_ERRORS:
+        click.echo(f"  ... and {len(report.failed) - SHOWN_ERRORS} more runs with errors (see results.csv)",
+                   err=True)

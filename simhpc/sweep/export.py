@@ -1,0 +1,103 @@
+"""Tables of a sweep's results: ``results.csv`` (and ``results.parquet`` if pyarrow is present)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from simhpc.sweep.store import RunRecord
+
+FIXED_COLUMNS = ("key", "status", "seed", "wall_s", "error")
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalar leaves of nested mappings as ``{dotted.key: value}``; lists are left out."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        elif value is None or isinstance(value, (str, int, float, bool)):
+            flat[name] = value
+    return flat
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows: key, status, seed, wall_s, error, ``param.<path>``..., summary scalars."""
+    records = list(records)
+    param_columns: dict[str, None] = {}
+    summary_columns: set[str] = set()
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        row: dict[str, Any] = {
+            "key": record.key,
+            "status": record.status,
+            "seed": record.seed,
+            "wall_s": record.wall_s,
+            "error": (record.error or "").splitlines()[0] if record.error else None,
+        }
+        for path, value in record.params.items():
+            param_columns[f"param.{path}"] = None
+            scalar = value is None or isinstance(value, (str, int, float, bool))
+            row[f"param.{path}"] = value if scalar else str(value)
+        for name, value in flatten(record.summary or {}).items():
+            if name in ("status", "seed"):
+                continue
+            summary_columns.add(name)
+            row[name] = value
+        rows.append(row)
+    columns = [*FIXED_COLUMNS, *param_columns, *sorted(summary_columns)]
+    return columns, rows
+
+
+def write_csv(records: Iterable[RunRecord], path: str | Path) -> Path:
+    """Write the table as CSV (atomically: a temporary file renamed into place)."""
+    path = Path(path)
+    columns, rows = table(records)
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({name: _cell(value) for name, value in row.items()})
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    return path
+
+
+def parquet_available() -> bool:
+    """Whether pyarrow is installed (Parquet export is optional)."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def write_parquet(records: Iterable[RunRecord], path: str | Path) -> Path | None:
+    """Write the table as Parquet if pyarrow is installed; return None otherwise."""
+    if not parquet_available():
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns, rows = table(records)
+    data = {name: [row.get(name) for row in rows] for name in columns}
+    for name, values in data.items():
+        kinds = {type(value) for value in values if value is not None}
+        if kinds == {int, float}:
+            data[name] = [None if value is None else float(value) for value in values]
+        elif len(kinds) > 1:
+            data[name] = [None if value is None else str(value) for value in values]
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(data), temporary)
+    os.replace(temporary, path)
+    return path

@@ -1,0 +1,223 @@
+"""The result store: one SQLite database per sweep folder, one durable transaction per run.
+
+``DIR/results.sqlite`` holds a row per finished run, keyed by the run key. Each row is written
+in its own transaction with WAL journaling and ``synchronous=FULL``, so a row is either fully
+on disk or absent, even if the sweep is killed. Only the sweep's parent process writes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from simhpc.sweep.errors import SweepError
+
+STORE_NAME = "results.sqlite"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    key TEXT PRIMARY KEY,
+    params TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'oom', 'error')),
+    summary TEXT,
+    error TEXT,
+    wall_s REAL NOT NULL,
+    scenario TEXT NOT NULL,
+    finished_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plan (
+    idx INTEGER PRIMARY KEY,
+    key TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One stored run.
+
+    Attributes:
+        key: the run key.
+        params: swept path -> value as written in the spec.
+        seed: the scenario seed.
+        status: ``ok``, ``oom`` or ``error``.
+        summary: the run summary, None for errors.
+        error: the error text, None if none.
+        wall_s: wall-clock seconds the run took.
+        scenario: the resolved scenario (JSON data).
+    """
+
+    key: str
+    params: dict[str, Any]
+    seed: int
+    status: str
+    summary: dict[str, Any] | None
+    error: str | None
+    wall_s: float
+    scenario: dict[str, Any]
+
+
+def store_path(folder: str | Path) -> Path:
+    """Where the store of a sweep folder lives."""
+    return Path(folder) / STORE_NAME
+
+
+class ResultStore:
+    """A sweep folder's SQLite store. Use as a context manager; the writer holds a folder lock.
+
+    Args:
+        folder: the sweep folder (created when writing).
+        readonly: open an existing store for reading (no lock; raises if there is none).
+    """
+
+    def __init__(self, folder: str | Path, readonly: bool = False) -> None:
+        self.folder = Path(folder)
+        self.path = store_path(folder)
+        self.readonly = readonly
+        self._lock: Any = None
+        if readonly:
+            if not self.path.is_file():
+                raise SweepError(f"{self.folder}: no sweep results here (no {STORE_NAME})")
+            self._db = self._connect()
+            self._check_version()
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        self._db = self._connect()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._check_version()
+        with self._transaction():
+            for statement in _statements():
+                self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        sync_folder(self.folder)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as error:
+            raise SweepError(f"{self.path}: not a sweep result store ({error})") from None
+        return db
+
+    def _check_version(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise SweepError(f"{self.path}: store format {version}, this simhpc reads {SCHEMA_VERSION}")
+        if version == 0 and self.readonly:
+            raise SweepError(f"{self.path}: not a sweep result store")
+
+    def _take_lock(self) -> None:
+        handle = (self.folder / ".lock").open("a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise SweepError(f"{self.folder}: another sweep is writing to this folder") from None
+        self._lock = handle
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database and release the folder lock."""
+        self._db.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def statuses(self) -> dict[str, str]:
+        """Run key -> status of every stored run."""
+        return dict(self._db.execute("SELECT key, status FROM runs").fetchall())
+
+    def set_plan(self, keys: Iterable[str]) -> None:
+        """Record the current sweep's keys in order (exports list these runs first, in order)."""
+        with self._transaction():
+            self._db.execute("DELETE FROM plan")
+            self._db.executemany("INSERT INTO plan (idx, key) VALUES (?, ?)", enumerate(keys))
+
+    def plan(self) -> list[str]:
+        """The keys of the last sweep that wrote here, in sweep order."""
+        return [row[0] for row in self._db.execute("SELECT key FROM plan ORDER BY idx")]
+
+    def record(self, key: str, params: dict[str, Any], seed: int, scenario: dict[str, Any], status: str,
+               summary: dict[str, Any] | None, error: str | None, wall_s: float,
+               replace: bool = False) -> bool:
+        """Store one finished run durably (one transaction, fsync'd); return False if already stored.
+
+        ``replace`` overwrites a stored row (used to retry errors).
+        """
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        row = (
+            key,
+            json.dumps(params, separators=(",", ":"), default=str),
+            seed,
+            status,
+            None if summary is None else json.dumps(summary, sort_keys=True),
+            error,
+            float(wall_s),
+            json.dumps(scenario, sort_keys=True, separators=(",", ":")),
+            datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        )
+        with self._transaction():
+            cursor = self._db.execute(
+                f"{verb} INTO runs (key, params, seed, status, summary, error, wall_s, scenario, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        return cursor.rowcount > 0
+
+    def records(self) -> list[RunRecord]:
+        """Every stored run: the last sweep's runs in sweep order, then any others by key."""
+        rows = self._db.execute(
+            "SELECT r.key, r.params, r.seed, r.status, r.summary, r.error, r.wall_s, r.scenario FROM runs r"
+            " LEFT JOIN plan p ON p.key = r.key ORDER BY p.idx IS NULL, p.idx, r.key").fetchall()
+        return [
+            RunRecord(key, json.loads(params), seed, status, None if summary is None else json.loads(summary),
+                      error, wall_s, json.loads(scenario))
+            for key, params, seed, status, summary, error, wall_s, scenario in rows
+        ]
+
+    def count(self) -> int:
+        """How many runs are stored."""
+        return int(self._db.execute("SELECT count(*) FROM runs").fetchone()[0])
+
+
+def _statements() -> list[str]:
+    return [part.strip() for part in _SCHEMA.split(";") if part.strip()]
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on an exception)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.db.execute("ROLLBACK" if kind is not None else "COMMIT")
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder so a newly created file's directory entry is durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
