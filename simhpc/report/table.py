@@ -9,11 +9,11 @@ from rich.table import Table
 
 from simhpc.units import format_bandwidth, format_size, format_time
 
-_SUFFIX_FORMATS = (("_s", format_time), ("_bytes", format_size), ("_Bps", format_bandwidth))
+_SUFFIX_FORMATS = (("_s", format_time), ("bytes", format_size), ("_Bps", format_bandwidth))
 
 
 def format_value(key: str, value: Any) -> str:
-    """Format ``value`` by its key's unit suffix (``_s``, ``_bytes``, ``_Bps``)."""
+    """Format ``value`` by its key's unit suffix (``_s``, ``bytes``, ``_Bps``)."""
     if isinstance(value, float):
         for suffix, formatter in _SUFFIX_FORMATS:
             if key.endswith(suffix):
