@@ -26,6 +26,7 @@ def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
     """All trace events of a run, in a deterministic order."""
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
+    threads: dict[str, int] = {}  # threads named so far per process
     events: list[dict[str, Any]] = []
 
     def pid_of(process: str) -> int:
@@ -41,7 +42,7 @@ def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
         key = (process, thread)
         if key not in tids:
             pid = pid_of(process)
-            tids[key] = sum(1 for other in tids if other[0] == process) + 1
+            threads[process] = tids[key] = threads.get(process, 0) + 1
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[key],
                            "args": {"name": thread}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tids[key],
@@ -51,8 +52,10 @@ def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
     for track in recorder.tracks:
         pid, tid = pid_of(track.process), tid_of(track.process, track.thread)
         for span in track.spans:
+            # dur from the rounded ends, so touching spans never overlap after rounding
+            start_us = _us(span.start)
             event: dict[str, Any] = {"ph": "X", "name": span.name, "pid": pid, "tid": tid,
-                                     "ts": _us(span.start), "dur": _us(span.end - span.start)}
+                                     "ts": start_us, "dur": round(_us(span.end) - start_us, 6)}
             if span.category:
                 event["cat"] = span.category
             if span.args:
