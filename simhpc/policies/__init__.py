@@ -1,0 +1,1 @@
+"""Policies: what decides (checkpoint plans, pipeline schedules, placements), one registry per family."""

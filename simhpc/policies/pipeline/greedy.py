@@ -1,0 +1,244 @@
+"""Deriving per-device op orders from a unit-cost dry run of the pipeline.
+
+Schedules without a closed-form op order are built by simulating the pipeline once with
+abstract costs (a forward takes 1, a backward ``backward_cost``, no communication) and
+recording the order in which each device starts its ops. The workload then runs those orders
+with the real costs. Two engines:
+
+* :func:`queued_schedule` — every device has a fixed forward queue and a fixed backward queue
+  (Megatron-LM's interleaved order, generalised to any stage map). When idle it starts the head
+  of one queue: the forward head first if its input is there and the device holds fewer
+  in-flight micro-batch activations than its limit, else the backward head if ready. With the
+  limit equal to 1F1B's or Megatron's warm-up depth + 1 this reproduces those schedules exactly.
+* :func:`list_schedule` — greedy list scheduling: an idle device starts, among *all* its ready
+  ops, the admissible one of smallest priority key. Used for Chimera, bidirectional PRT and
+  stage maps without a natural queue order (V-shaped, custom).
+
+A forward is admissible only while the device (and, optionally, the stage) holds fewer in-flight
+activations than its limit: the knob that trades bubbles for memory, as 1F1B's warm-up does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+
+Priority = Callable[[Op], tuple[float, ...]]
+"""Sort key of an op: the smallest admissible ready op runs first."""
+
+_UNLIMITED = float("inf")
+
+
+class ScheduleStall(RuntimeError):
+    """The dry run could not progress: every device waits (in-flight limits too low)."""
+
+
+class _DryRun:
+    """Shared state of a unit-cost dry run: readiness, in-flight counts, the event heap."""
+
+    def __init__(self, stages: int, maps: list[tuple[int, ...]], pipeline_of: Sequence[int],
+                 devices: int, backward_cost: float) -> None:
+        self.stages = stages
+        self.maps = maps
+        self.pipeline_of = pipeline_of
+        self.cost = {FORWARD: 1.0, BACKWARD: backward_cost}
+        self.forward_done: set[tuple[int, int]] = set()
+        self.backward_done: set[tuple[int, int]] = set()
+        self.inflight = [0] * devices
+        self.stage_inflight: dict[tuple[int, int], int] = {}
+        self.idle = [True] * devices
+        self.orders: list[list[Op]] = [[] for _ in range(devices)]
+        self.events: list[tuple[float, int, int, Op]] = []
+        self.now = 0.0
+        self._sequence = 0
+
+    def device(self, op: Op) -> int:
+        return self.maps[self.pipeline_of[op.micro_batch]][op.stage]
+
+    def key(self, op: Op) -> tuple[int, int]:
+        return self.pipeline_of[op.micro_batch], op.stage
+
+    def is_ready(self, op: Op) -> bool:
+        kind, j, s = op
+        if kind == FORWARD:
+            return s == 0 or (j, s - 1) in self.forward_done
+        return (j, s) in self.forward_done and (s == self.stages - 1 or (j, s + 1) in self.backward_done)
+
+    def start(self, device: int, op: Op) -> None:
+        self.orders[device].append(op)
+        if op.kind == FORWARD:
+            self.inflight[device] += 1
+            key = self.key(op)
+            self.stage_inflight[key] = self.stage_inflight.get(key, 0) + 1
+        self.idle[device] = False
+        heapq.heappush(self.events, (self.now + self.cost[op.kind], self._sequence, device, op))
+        self._sequence += 1
+
+    def advance(self, name: str) -> list[Op]:
+        """Jump to the next completion time; return the ops finishing then."""
+        if not self.events:
+            raise ScheduleStall(f"{name}: dry run stalled at t={self.now:g} (in-flight limits too low)")
+        self.now = self.events[0][0]
+        finished = []
+        while self.events and self.events[0][0] == self.now:
+            _, _, device, op = heapq.heappop(self.events)
+            self.idle[device] = True
+            finished.append(op)
+            if op.kind == FORWARD:
+                self.forward_done.add((op.micro_batch, op.stage))
+            else:
+                self.backward_done.add((op.micro_batch, op.stage))
+                self.inflight[device] -= 1
+                self.stage_inflight[self.key(op)] -= 1
+        return finished
+
+    def plan(self, name: str, devices: int, micro_batches: int) -> PipelinePlan:
+        plan = PipelinePlan(
+            name=name,
+            devices=devices,
+            stages=self.stages,
+            micro_batches=micro_batches,
+            stage_device=tuple(self.maps),
+            micro_batch_pipeline=tuple(self.pipeline_of),
+            ops=tuple(tuple(ops) for ops in self.orders),
+        )
+        plan.validate()
+        return plan
+
+
+def grouped_queues(stage_device: Sequence[int], devices: int, micro_batches: int,
+                   group: int) -> tuple[list[list[Op]], list[list[Op]]]:
+    """Megatron-LM's interleaved queue order, for any stage map of one pipeline.
+
+    Micro-batches go in groups of ``group``; within a group a device runs its stages in
+    increasing order (its "chunks"), each for every micro-batch of the group; backward runs
+    the chunks in decreasing order.
+
+    Returns:
+        (forward queues, backward queues), one list per device.
+    """
+    local = [[s for s, d in enumerate(stage_device) if d == device] for device in range(devices)]
+    groups = [range(g, min(g + group, micro_batches)) for g in range(0, micro_batches, group)]
+    forward = [[Op(FORWARD, j, s) for g in groups for s in mine for j in g] for mine in local]
+    backward = [[Op(BACKWARD, j, s) for g in groups for s in reversed(mine) for j in g] for mine in local]
+    return forward, backward
+
+
+def queued_schedule(
+    name: str,
+    stage_device: Sequence[int],
+    micro_batches: int,
+    forward_queues: Sequence[Sequence[Op]],
+    backward_queues: Sequence[Sequence[Op]],
+    limits: Sequence[float],
+    backward_cost: float = 2.0,
+) -> PipelinePlan:
+    """One pipeline; each device runs its two queues in order, forward first when admissible.
+
+    Args:
+        name: the schedule's name.
+        stage_device: the device of each stage.
+        micro_batches: micro-batches per iteration.
+        forward_queues: per device, its forward ops in the order they must run.
+        backward_queues: per device, its backward ops in order.
+        limits: per device, the most activations it may hold (warm-up depth + 1).
+        backward_cost: dry-run duration of a backward (a forward takes 1).
+
+    Raises:
+        ScheduleStall: if the limits make the pipeline wait forever.
+    """
+    devices = len(forward_queues)
+    run = _DryRun(len(stage_device), [tuple(stage_device)], [0] * micro_batches, devices, backward_cost)
+    heads_f = [0] * devices
+    heads_b = [0] * devices
+    remaining = sum(len(q) for q in forward_queues) + sum(len(q) for q in backward_queues)
+    while remaining:
+        for d in range(devices):
+            if not run.idle[d]:
+                continue
+            if heads_f[d] < len(forward_queues[d]) and run.inflight[d] < limits[d]:
+                op = forward_queues[d][heads_f[d]]
+                if run.is_ready(op):
+                    heads_f[d] += 1
+                    run.start(d, op)
+                    continue
+            if heads_b[d] < len(backward_queues[d]):
+                op = backward_queues[d][heads_b[d]]
+                if run.is_ready(op):
+                    heads_b[d] += 1
+                    run.start(d, op)
+        remaining -= len(run.advance(name))
+    return run.plan(name, devices, micro_batches)
+
+
+def list_schedule(
+    name: str,
+    devices: int,
+    stage_device: Sequence[Sequence[int]],
+    micro_batch_pipeline: Sequence[int],
+    priority: Priority,
+    limits: Sequence[float] | None = None,
+    stage_limits: Callable[[int, int], float] | None = None,
+    backward_cost: float = 2.0,
+) -> PipelinePlan:
+    """Greedy list scheduling over one or more pipelines.
+
+    Args:
+        name: the schedule's name.
+        devices: number of devices.
+        stage_device: per pipeline, the device of each stage.
+        micro_batch_pipeline: the pipeline of each micro-batch.
+        priority: sort key; the smallest admissible ready op starts first.
+        limits: per device, the most activations it may hold (default: unlimited).
+        stage_limits: ``(pipeline, stage) -> limit`` on one stage's in-flight activations.
+        backward_cost: dry-run duration of a backward (a forward takes 1).
+
+    Raises:
+        ScheduleStall: if the limits make the pipeline wait forever.
+    """
+    maps = [tuple(mapping) for mapping in stage_device]
+    stages = len(maps[0])
+    m = len(micro_batch_pipeline)
+    run = _DryRun(stages, maps, micro_batch_pipeline, devices, backward_cost)
+    device_limits = list(limits) if limits is not None else [_UNLIMITED] * devices
+    ready: list[list[Op]] = [[] for _ in range(devices)]
+    for j in range(m):
+        first = Op(FORWARD, j, 0)
+        ready[run.device(first)].append(first)
+
+    def admissible(device: int, op: Op) -> bool:
+        if op.kind != FORWARD:
+            return True
+        if run.inflight[device] >= device_limits[device]:
+            return False
+        if stage_limits is None:
+            return True
+        q, s = run.key(op)
+        return run.stage_inflight.get((q, s), 0) < stage_limits(q, s)
+
+    remaining = 2 * m * stages
+    while remaining:
+        for d in range(devices):
+            if run.idle[d] and ready[d]:
+                candidates = [op for op in ready[d] if admissible(d, op)]
+                if candidates:
+                    op = min(candidates, key=priority)
+                    ready[d].remove(op)
+                    run.start(d, op)
+        finished = run.advance(name)
+        remaining -= len(finished)
+        for op in finished:
+            kind, j, s = op
+            if kind == FORWARD:
+                if s + 1 < stages:
+                    follower = Op(FORWARD, j, s + 1)
+                    ready[run.device(follower)].append(follower)
+                else:  # the last stage's backward needs only its own forward
+                    ready[run.device(op)].append(Op(BACKWARD, j, s))
+            elif s > 0:
+                follower = Op(BACKWARD, j, s - 1)
+                ready[run.device(follower)].append(follower)
+    return run.plan(name, devices, m)
+

@@ -1,0 +1,42 @@
+"""Stage -> device maps for pipelines deeper than the number of devices."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def round_robin(devices: int, stages: int) -> tuple[int, ...]:
+    """Stage ``s`` on device ``s mod p``: consecutive stages always cross devices."""
+    return tuple(s % devices for s in range(stages))
+
+
+def v_shape(devices: int, stages: int) -> tuple[int, ...]:
+    """Zig-zag: stages ``0..p-1`` on devices ``0..p-1``, the next ``p`` back from ``p-1`` to 0, ...
+
+    Each turn of the V keeps two consecutive stages on one device (a free boundary), and each
+    device holds one early and one late stage, which evens out activation memory.
+    """
+    result = []
+    for s in range(stages):
+        chunk, rank = divmod(s, devices)
+        result.append(rank if chunk % 2 == 0 else devices - 1 - rank)
+    return tuple(result)
+
+
+def custom(mapping: Sequence[int], devices: int, stages: int) -> tuple[int, ...]:
+    """Check a user stage -> device list: one entry per stage, every device used."""
+    result = tuple(int(d) for d in mapping)
+    if len(result) != stages:
+        raise ValueError(f"mapping has {len(result)} entries, the pipeline has {stages} stages")
+    bad = [d for d in result if not 0 <= d < devices]
+    if bad:
+        raise ValueError(f"mapping names device {bad[0]}, devices are 0..{devices - 1}")
+    unused = sorted(set(range(devices)) - set(result))
+    if unused:
+        raise ValueError(f"mapping leaves device {unused[0]} without a stage")
+    return result
+
+
+def reverse(mapping: Sequence[int]) -> tuple[int, ...]:
+    """The map of the opposite-direction pipeline: its stage ``s`` sits where stage ``D-1-s`` does."""
+    return tuple(reversed(tuple(mapping)))

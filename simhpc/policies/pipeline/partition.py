@@ -1,0 +1,105 @@
+"""Cutting a model's layers into contiguous pipeline stages.
+
+``balanced_partition`` minimises the slowest stage. A stage's cost is the sum of its layers'
+costs plus, optionally, the cost of the cut that ends it (``cut_costs[i]``: shipping the
+activation after layer ``i`` forward and its gradient back), PipeDream's objective; without cut
+costs it is torchgpipe's balance-by-time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+_SLACK = 1 + 1e-12  # sums taken in another order differ in the last bits
+
+
+class _Stages:
+    """Stage costs from prefix sums and cut costs."""
+
+    def __init__(self, costs: Sequence[float], cut_costs: Sequence[float] | None) -> None:
+        self.n = len(costs)
+        self.prefix = [0.0, *accumulate(float(c) for c in costs)]
+        self.cuts = [float(c) for c in cut_costs] if cut_costs is not None else [0.0] * self.n
+
+    def cost(self, start: int, end: int) -> float:
+        """Cost of the stage holding layers ``start:end``."""
+        cut = self.cuts[end - 1] if end < self.n else 0.0
+        return self.prefix[end] - self.prefix[start] + cut
+
+    def greedy(self, cap: float) -> list[int] | None:
+        """Fewest stages with no stage above ``cap``: each stage ends as late as it can.
+
+        Optimal: a later start never makes the rest harder (layer costs are non-negative and a
+        stage's cut cost depends only on where it ends). None if some layer cannot fit.
+        """
+        limit = cap * _SLACK
+        bounds = [0]
+        start = 0
+        while start < self.n:
+            best = None
+            end = start + 1
+            while end <= self.n and self.prefix[end] - self.prefix[start] <= limit:
+                if self.cost(start, end) <= limit:
+                    best = end
+                end += 1
+            if best is None:
+                return None
+            bounds.append(best)
+            start = best
+        return bounds
+
+
+def balanced_partition(costs: Sequence[float], stages: int,
+                       cut_costs: Sequence[float] | None = None) -> tuple[int, ...]:
+    """Contiguous cut of ``costs`` into ``stages`` non-empty stages minimising the costliest stage.
+
+    Binary search over the candidate bottlenecks (every contiguous stage cost) with an optimal
+    greedy feasibility check; if the optimum uses fewer stages than asked, the stages are split
+    further where that raises the maximum least.
+
+    Args:
+        costs: per-layer costs (seconds), non-negative.
+        stages: number of stages.
+        cut_costs: per-layer cost of a cut right after that layer (default: free).
+
+    Returns:
+        ``stages + 1`` boundaries: stage ``i`` holds layers ``bounds[i]:bounds[i+1]``.
+
+    Raises:
+        ValueError: if there are fewer layers than stages.
+    """
+    n = len(costs)
+    if stages < 1:
+        raise ValueError(f"need at least one stage, got {stages}")
+    if n < stages:
+        raise ValueError(f"cannot cut {n} layers into {stages} stages (at most one stage per layer)")
+    model = _Stages(costs, cut_costs)
+    candidates = sorted({model.cost(i, j) for i in range(n) for j in range(i + 1, n + 1)})
+    low, high = 0, len(candidates) - 1
+    while low < high:
+        middle = (low + high) // 2
+        found = model.greedy(candidates[middle])
+        if found is not None and len(found) - 1 <= stages:
+            high = middle
+        else:
+            low = middle + 1
+    bounds = model.greedy(candidates[low])
+    assert bounds is not None
+    while len(bounds) - 1 < stages:
+        options = [(max(model.cost(bounds[i], cut), model.cost(cut, bounds[i + 1])), i, cut)
+                   for i in range(len(bounds) - 1) for cut in range(bounds[i] + 1, bounds[i + 1])]
+        _, i, cut = min(options)
+        bounds.insert(i + 1, cut)
+    return tuple(bounds)
+
+
+def even_partition(layers: int, stages: int) -> tuple[int, ...]:
+    """Equal layer counts per stage (the first ``layers mod stages`` stages get one more)."""
+    if layers < stages:
+        raise ValueError(f"cannot cut {layers} layers into {stages} stages (at most one stage per layer)")
+    size, extra = divmod(layers, stages)
+    bounds = [0]
+    for i in range(stages):
+        bounds.append(bounds[-1] + size + (1 if i < extra else 0))
+    return tuple(bounds)

@@ -1,0 +1,82 @@
+"""Closed-form timing of a plan: when each op would start and end, without SimPy.
+
+Given a duration per op and a delay per cross-device dependency, every op starts at the later of
+its device finishing the previous op in its list and its inputs arriving. This is the reference
+the SimPy workload must match when communication is contention-free, and the fast way to test
+schedules (the bubble formulas) without building a machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+
+
+@dataclass(frozen=True)
+class PlanTiming:
+    """Start and end time of every op; the iteration's makespan and bubble fraction.
+
+    The bubble fraction is ``1 - busy / (devices x makespan)``: the share of the devices' time,
+    from the first op to the last, during which they compute nothing.
+    """
+
+    start: dict[Op, float]
+    end: dict[Op, float]
+    busy: tuple[float, ...]
+    makespan: float
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of ``devices x makespan``."""
+        if self.makespan <= 0:
+            return 0.0
+        return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan)
+
+
+def plan_timing(
+    plan: PipelinePlan,
+    duration: Callable[[Op], float],
+    delay: Callable[[Op, Op], float] | None = None,
+) -> PlanTiming:
+    """Time ``plan`` with op durations and cross-device delays.
+
+    Args:
+        plan: a valid plan.
+        duration: seconds of an op (on its device).
+        delay: seconds from the end of a dependency to its consumer's input being ready, called
+            only when the two ops are on different devices (default: none).
+
+    Raises:
+        PlanError: if the plan deadlocks.
+    """
+    start: dict[Op, float] = {}
+    end: dict[Op, float] = {}
+    free = [0.0] * plan.devices
+    busy = [0.0] * plan.devices
+    device_of = {op: device for device, ops in enumerate(plan.ops) for op in ops}
+    last = plan.stages - 1
+    for op in plan.topological_order():
+        device = device_of[op]
+        ready = free[device]
+        kind, j, s = op
+        if kind == FORWARD:
+            deps: tuple[tuple[str, int, int], ...] = ((FORWARD, j, s - 1),) if s else ()
+        elif kind == BACKWARD:
+            deps = ((FORWARD, j, s), (BACKWARD, j, s + 1)) if s < last else ((FORWARD, j, s),)
+        else:
+            deps = ((BACKWARD, j, s),)
+        for dep in deps:
+            arrival = end[dep]
+            if delay is not None and device_of[dep] != device:
+                arrival += delay(Op(*dep), op)
+            if arrival > ready:
+                ready = arrival
+        length = duration(op)
+        start[op] = ready
+        end[op] = ready + length
+        free[device] = ready + length
+        busy[device] += length
+    makespan = max(end.values(), default=0.0)
+    return PlanTiming(start, end, tuple(busy), makespan)

@@ -1,0 +1,67 @@
+"""The ``pipeline_training`` scenario section."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from simhpc.models import CONVNETS, TRANSFORMERS
+from simhpc.policies.pipeline import ScheduleConfig
+from simhpc.scenario.types import PositiveInt, PositiveSize, Strict, Time
+
+ModelName = Literal["bert-base", "bert-large", "resnet-50", "resnet-101", "resnet-152"]
+assert set(ModelName.__args__) == set(TRANSFORMERS + CONVNETS)  # type: ignore[attr-defined]
+
+
+class PipelineTrainingConfig(Strict):
+    """Pipeline-parallel training of one model on the GPUs of one node.
+
+    ``micro_batches`` counts the micro-batches of one iteration over all pipelines (a
+    bidirectional schedule sends half of them each way); an iteration ends with a flush.
+    """
+
+    kind: Literal["pipeline_training"]
+    node: str
+    """The topology's catalog node (its GPU type sets the kernel costs and memory)."""
+    model: ModelName
+    micro_batch_size: PositiveInt = 8
+    """Samples per micro-batch."""
+    micro_batches: PositiveInt = 8
+    """Micro-batches per iteration, ``m``."""
+    seq_len: PositiveInt = 512
+    """Tokens per sequence (BERT)."""
+    image_size: PositiveInt = 224
+    """Image side in pixels (ResNet)."""
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    schedule: ScheduleConfig
+    devices: PositiveInt | None = None
+    """GPUs taking part: the first N GPUs of node ``n0`` (default: all of them)."""
+    stage_overhead: Time = 0.0
+    """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
+    framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""
+    partition: Literal["time", "time_and_transfer", "even"] = "time"
+    """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's
+    balance by time), the same plus the transfers of the cut that ends it (PipeDream's
+    objective; transfers overlap compute, so this over-weights them), or equal layer counts."""
+    optimizer: Literal["adam", "sgd", "none"] = "adam"
+    """Optimizer state kept per parameter (memory only)."""
+    memory_capacity: PositiveSize | None = None
+    """Usable memory per GPU (default: the GPU's capacity)."""
+    sync_replicas: bool = True
+    """Bidirectional schedules: exchange the gradients of the two copies of each stage."""
+    iterations: PositiveInt = Field(1, le=1000)
+
+
+def bytes_per_param(dtype: str, optimizer: str) -> float:
+    """Weights, gradients and optimizer state per parameter.
+
+    Mixed precision (fp16/bf16) keeps 16-bit weights and gradients plus fp32 master weights;
+    Adam adds two fp32 moments, SGD one momentum (Rajbhandari et al., ZeRO, 2020: 16 bytes per
+    parameter for mixed-precision Adam).
+    """
+    element = 4 if dtype == "fp32" else 2
+    master = 0 if dtype == "fp32" else 4
+    moments = {"adam": 8, "sgd": 4, "none": 0}[optimizer]
+    states = master + moments if optimizer != "none" else 0
+    return 2 * element + states

@@ -1,0 +1,239 @@
+"""Running a pipeline plan on simulated GPUs: dependencies, transfers, memory.
+
+Each device runs its op list in order on its ``compute`` stream. An op whose input comes from
+another device waits for that transfer to arrive; inputs from the same device are ready by
+construction (the plan is validated deadlock-free, so the producer ran earlier in the list).
+When an op ends, its output goes to the consumer's device: an activation after a forward, an
+activation gradient after a backward, over ``send`` (the network), asynchronously — compute and
+communication overlap, as with non-blocking NCCL send/recv. A boundary inside one device costs
+nothing.
+
+Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
+before the first iteration; a forward allocates its stage's activation stash when it starts and
+the matching backward frees it when it ends. Exceeding the device raises
+:class:`~simhpc.errors.SimulatedOOM` naming the device and the op.
+
+Bidirectional plans hold two copies of each stage; with ``sync_replicas`` each copy sends its
+gradients to the other after its last backward of the iteration (an all-reduce of two), and the
+iteration ends when those arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import simpy
+
+from simhpc.engine import Simulation
+from simhpc.errors import SimulatedOOM
+from simhpc.hardware.devices import Device
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+from simhpc.workloads.pipeline.stages import StageCosts
+
+Send = Callable[[int, int, float, str], simpy.Event]
+"""``send(src device index, dst device index, nbytes, label)`` -> event firing on arrival."""
+
+
+class PipelineExecutor:
+    """Runs ``plan`` with ``costs`` on ``devices`` for some iterations.
+
+    Args:
+        sim: the simulation.
+        plan: a validated plan.
+        costs: per-stage durations and bytes (``costs.stages == plan.stages``).
+        devices: one runtime device per plan device.
+        send: moves bytes between two devices; None: transfers are instantaneous.
+        overhead: fixed seconds added to every op (per-stage scheduling/launch cost).
+        sync_replicas: exchange the gradients of the two copies of a stage (bidirectional).
+    """
+
+    def __init__(
+        self,
+        sim: Simulation,
+        plan: PipelinePlan,
+        costs: StageCosts,
+        devices: Sequence[Device],
+        send: Send | None = None,
+        overhead: float = 0.0,
+        sync_replicas: bool = True,
+    ) -> None:
+        if costs.stages != plan.stages:
+            raise ValueError(f"{costs.stages} stage costs for a plan of {plan.stages} stages")
+        if len(devices) != plan.devices:
+            raise ValueError(f"{len(devices)} devices for a plan over {plan.devices}")
+        if plan.split_backward:
+            raise ValueError(f"{plan.name}: separate weight-gradient (W) ops are not supported by the engine")
+        self.sim = sim
+        self.plan = plan
+        self.costs = costs
+        self.devices = list(devices)
+        self.send = send
+        self.overhead = overhead
+        self.sync_replicas = sync_replicas and plan.pipelines > 1
+        self.streams = [device.stream("compute") for device in self.devices]
+        self.iteration_times: list[float] = []
+        self.busy: list[list[float]] = []
+        """Per iteration, each device's compute-busy seconds."""
+        self.transfers = 0
+        self.transfer_bytes = 0.0
+        self.iterations_done = 0
+        self._duration = {FORWARD: [f + overhead for f in costs.forward_s],
+                          BACKWARD: [b + overhead for b in costs.backward_s]}
+        self._labels = {op: op.label() for ops in plan.ops for op in ops}
+        self._remote = {op: self._producer_elsewhere(op) for ops in plan.ops for op in ops}
+        per_pipeline = [0] * plan.pipelines
+        for q in plan.micro_batch_pipeline:
+            per_pipeline[q] += 1
+        self._per_pipeline = per_pipeline
+        self._arrivals: dict[Op, simpy.Event] = {}
+        self._backwards: dict[tuple[int, int], int] = {}
+        self._syncs: list[simpy.Event] = []
+        self._iteration = 0
+        self.oom: SimulatedOOM | None = None
+        """The simulated out-of-memory that ended the run, if any."""
+
+    def _producer_elsewhere(self, op: Op) -> bool:
+        """Whether ``op``'s cross-stage input is produced on another device."""
+        kind, j, s = op
+        if kind == FORWARD:
+            producer = Op(FORWARD, j, s - 1) if s > 0 else None
+        else:
+            producer = Op(BACKWARD, j, s + 1) if s < self.plan.stages - 1 else None
+        return producer is not None and self.plan.device_of(producer) != self.plan.device_of(op)
+
+    def allocate_states(self) -> None:
+        """Allocate each device's weights, gradients and optimizer state (may raise OOM)."""
+        for d, device in enumerate(self.devices):
+            hosted = self.plan.hosted_stages(d)
+            total = sum(self.costs.state_bytes[s] for _, s in hosted)
+            stages = ", ".join(f"s{s}" + (f"/p{q}" if self.plan.pipelines > 1 else "") for q, s in hosted)
+            device.memory.allocate(total, f"weights, gradients and optimizer state of stages {stages}")
+
+    def _abort(self, oom: SimulatedOOM) -> None:
+        """End the run with ``oom``: raised from an event callback, it leaves ``Simulation.run``
+        as is (SimPy rebuilds exceptions that fail a process from their ``args``, which would
+        lose the OOM's fields)."""
+        self.oom = oom
+
+        def raise_oom(_: simpy.Event) -> None:
+            raise oom
+
+        event = self.sim.env.event()
+        event.callbacks.append(raise_oom)
+        event.succeed()
+
+    def run(self, iterations: int) -> Generator[Any, Any, None]:
+        """SimPy process: allocate states, then run ``iterations`` flushed iterations."""
+        try:
+            self.allocate_states()
+        except SimulatedOOM as oom:
+            self._abort(oom)
+            return
+        env = self.sim.env
+        for iteration in range(iterations):
+            self._iteration = iteration
+            self._arrivals = {}
+            self._backwards = {}
+            self._syncs = []
+            start = env.now
+            busy = [0.0] * self.plan.devices
+            workers = [env.process(self._device(d, busy)) for d in range(self.plan.devices)]
+            yield env.all_of(workers)
+            if self._syncs:
+                yield env.all_of(self._syncs)
+            self.iteration_times.append(env.now - start)
+            self.busy.append(busy)
+            self.iterations_done += 1
+
+    def _arrival(self, op: Op) -> simpy.Event:
+        event = self._arrivals.get(op)
+        if event is None:
+            event = self._arrivals[op] = self.sim.env.event()
+        return event
+
+    def _device(self, d: int, busy: list[float]) -> Generator[Any, Any, None]:
+        stream = self.streams[d]
+        memory = self.devices[d].memory
+        stash = self.costs.stash_bytes
+        remote = self._remote
+        labels = self._labels
+        iteration = self._iteration
+        for op in self.plan.ops[d]:
+            kind, j, s = op
+            if remote[op]:
+                yield self._arrival(op)
+            if kind == FORWARD:
+                try:
+                    memory.allocate(stash[s], f"activations of {labels[op]} (iteration {iteration})")
+                except SimulatedOOM as oom:
+                    self._abort(oom)
+                    return
+            duration = self._duration[kind][s]
+            args = {"micro_batch": j, "stage": s, "pipeline": self.plan.micro_batch_pipeline[j],
+                    "iteration": iteration}
+            yield from stream.run(labels[op], duration, "forward" if kind == FORWARD else "backward", args)
+            busy[d] += duration
+            if kind == BACKWARD:
+                memory.free(stash[s])
+                self._count_backward(op, d)
+            self._deliver(op, d)
+
+    def _deliver(self, op: Op, d: int) -> None:
+        """Hand ``op``'s output to the op that consumes it on another device."""
+        kind, j, s = op
+        if kind == FORWARD:
+            if s + 1 >= self.plan.stages:
+                return
+            consumer = Op(FORWARD, j, s + 1)
+            nbytes = self.costs.boundary_bytes[s]
+        else:
+            if s == 0:
+                return
+            consumer = Op(BACKWARD, j, s - 1)
+            nbytes = self.costs.boundary_bytes[s - 1]
+        if not self._remote[consumer]:
+            return
+        arrival = self._arrival(consumer)
+        if self.send is None:
+            arrival.succeed()
+            return
+        target = self.plan.device_of(consumer)
+        self.transfers += 1
+        self.transfer_bytes += nbytes
+        sent_at = self.sim.now
+        label = f"{'act' if kind == FORWARD else 'grad'} {self._labels[op]}->{self._labels[consumer]}"
+        event = self.send(d, target, nbytes, label)
+        source_track, target_track = self.streams[d].track, self.streams[target].track
+        trace = self.sim.trace
+
+        def arrived(_: simpy.Event) -> None:
+            trace.arrow(label, source_track, sent_at, target_track, self.sim.now)
+            arrival.succeed()
+
+        event.callbacks.append(arrived)
+
+    def _count_backward(self, op: Op, d: int) -> None:
+        """After a copy's last backward of the iteration, send its gradients to the other copy."""
+        if not self.sync_replicas:
+            return
+        q = self.plan.micro_batch_pipeline[op.micro_batch]
+        key = (q, op.stage)
+        count = self._backwards.get(key, 0) + 1
+        self._backwards[key] = count
+        if count != self._per_pipeline[q]:
+            return
+        peer = self.plan.stage_device[1 - q][op.stage]
+        if peer == d or self.send is None:
+            return
+        nbytes = self.costs.grad_bytes[op.stage]
+        self.transfers += 1
+        self.transfer_bytes += nbytes
+        self._syncs.append(self.send(d, peer, nbytes, f"grad sync s{op.stage}/p{q}"))
+
+    def bubble_fractions(self) -> list[float]:
+        """Per iteration: ``1 - sum(busy) / (devices x iteration time)``."""
+        result = []
+        for time, busy in zip(self.iteration_times, self.busy):
+            result.append(1.0 - sum(busy) / (len(busy) * time) if time > 0 else 0.0)
+        return result

@@ -1,0 +1,166 @@
+"""``kind: pipeline_training`` — a model trained pipeline-parallel on the GPUs of one node.
+
+The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced
+on forward + backward time), the schedule (registry family ``pipeline``) returns the per-device
+op lists, and :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with
+activation and gradient transfers over the node's links (``network``).
+
+Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
+iteration time)``: the devices' idle share of the iteration), per-device peak memory and its
+imbalance (max / min), stage costs and point-to-point traffic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simhpc.hardware.catalog import Catalog
+from simhpc.hardware.devices import Device
+from simhpc.hardware.specs import GpuSpec
+from simhpc.models import ModelProfile, build_model
+from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
+from simhpc.policies.pipeline.greedy import ScheduleStall
+from simhpc.policies.pipeline.partition import balanced_partition, even_partition
+from simhpc.registry import lookup, register
+from simhpc.workloads.base import InvalidReference, RunContext, Workload
+from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
+from simhpc.workloads.pipeline.engine import PipelineExecutor
+from simhpc.workloads.pipeline.stages import StageCosts, stage_costs
+
+
+def schedule_of(config: PipelineTrainingConfig) -> PipelineSchedule:
+    """The schedule object of ``config.schedule``."""
+    return lookup("pipeline", config.schedule.kind)(config.schedule)
+
+
+def model_of(config: PipelineTrainingConfig) -> ModelProfile:
+    """The model profile at the configured micro-batch and input shape."""
+    return build_model(config.model, config.micro_batch_size, seq_len=config.seq_len,
+                       image_size=config.image_size, dtype=config.dtype)
+
+
+def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
+    """Validate device count, schedule and model cut; return the device count."""
+    devices = config.devices or gpus
+    if devices > gpus:
+        raise InvalidReference("devices", f"{devices} devices requested, the node has {gpus} GPUs")
+    if devices < 2:
+        raise InvalidReference("devices", "pipeline parallelism needs at least 2 devices")
+    schedule = schedule_of(config)
+    try:
+        schedule.check(devices, config.micro_batches)
+    except ValueError as error:
+        raise InvalidReference("schedule", str(error)) from None
+    try:
+        model = model_of(config)
+    except ValueError as error:
+        raise InvalidReference("model", str(error)) from None
+    stages = schedule.stages(devices)
+    if stages > len(model.layers):
+        raise InvalidReference("schedule", f"{stages} stages for {config.model}, which has only "
+                               f"{len(model.layers)} layers to cut")
+    return devices
+
+
+@register("workload", "pipeline_training")
+class PipelineTrainingWorkload(Workload):
+    """Pipeline-parallel training; see :mod:`simhpc.workloads.pipeline`."""
+
+    Config = PipelineTrainingConfig
+    needs_network = True
+
+    @classmethod
+    def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
+        if getattr(topology, "kind", None) != "gpu_cluster":
+            raise InvalidReference("kind", "pipeline_training needs a gpu_cluster network topology")
+        if config.node != topology.node:
+            raise InvalidReference("node", f"{config.node!r} is not the topology's node {topology.node!r}")
+        node = catalog.nodes.get(config.node)
+        if node is None or node.gpu is None or not node.gpus:
+            raise InvalidReference("node", f"node {config.node!r} has no GPUs")
+        _check_shapes(config, node.gpus)
+
+    def __init__(self, config: PipelineTrainingConfig, context: RunContext) -> None:
+        super().__init__(config, context)
+        node = context.catalog.nodes[config.node]
+        if node.gpu is None:
+            raise InvalidReference("node", f"node {config.node!r} has no GPUs")
+        self.gpu: GpuSpec = node.gpu
+        network = context.network
+        gpus = [name for name in network.topology.endpoints if name.startswith("n0.gpu")]
+        count = _check_shapes(config, len(gpus))
+        self.device_names = names = gpus[:count]
+        self.schedule = schedule_of(config)
+        self.model = model_of(config)
+        layer_costs = self.model.costs(context.cost_model, self.gpu)
+        stages = self.schedule.stages(count)
+        if config.partition == "even":
+            self.bounds = even_partition(len(layer_costs), stages)
+        else:
+            cuts = None
+            if config.partition == "time_and_transfer":  # activation out, gradient back, GPU to GPU
+                path = network.topology.path(names[0], names[1])
+                latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
+                cuts = 2 * (latency + layer_costs.boundary_bytes / bandwidth)
+            self.bounds = balanced_partition(layer_costs.step_s, stages, cuts)
+        element = 4 if config.dtype == "fp32" else 2
+        self.costs: StageCosts = stage_costs(layer_costs, self.bounds,
+                                             bytes_per_param(config.dtype, config.optimizer), element)
+        ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
+        try:
+            self.plan: PipelinePlan = self.schedule.plan(count, config.micro_batches, backward_cost=ratio)
+        except ScheduleStall as error:
+            raise InvalidReference("schedule", str(error)) from None
+        capacity = config.memory_capacity or self.gpu.memory_capacity
+        self.devices = [Device(self.sim, name, capacity) for name in names]
+
+        def send(src: int, dst: int, nbytes: float, label: str) -> Any:
+            return network.transfer(names[src], names[dst], nbytes, label)
+
+        self.executor = PipelineExecutor(self.sim, self.plan, self.costs, self.devices, send,
+                                         overhead=config.stage_overhead, sync_replicas=config.sync_replicas)
+
+    def start(self) -> None:
+        self.sim.process(self.executor.run(self.config.iterations))
+
+    def summary(self) -> dict[str, Any]:
+        c, executor = self.config, self.executor
+        times = executor.iteration_times
+        mean = sum(times) / len(times) if times else None
+        samples = c.micro_batches * c.micro_batch_size
+        peaks = [device.memory.peak for device in self.devices]
+        bubbles = executor.bubble_fractions()
+        result: dict[str, Any] = {
+            "kind": "pipeline_training",
+            "model": c.model,
+            "model_params": self.model.params,
+            "gpu": self.gpu.name,
+            "schedule": c.schedule.model_dump(),
+            "devices": len(self.devices),
+            "stages": self.plan.stages,
+            "pipelines": self.plan.pipelines,
+            "micro_batches": c.micro_batches,
+            "micro_batch_size": c.micro_batch_size,
+            "samples_per_iteration": samples,
+            "iterations_done": executor.iterations_done,
+            "iteration_times_s": times,
+            "iteration_time_s": mean,
+            "throughput_samples_per_second": samples / mean if mean else None,
+            "bubble_fraction": sum(bubbles) / len(bubbles) if bubbles else None,
+            "device_names": list(self.device_names),
+            "peak_memory_bytes": peaks,
+            "max_peak_memory_bytes": max(peaks),
+            "min_peak_memory_bytes": min(peaks),
+            "memory_imbalance": max(peaks) / min(peaks) if min(peaks) > 0 else None,
+            "p2p_transfers": executor.transfers,
+            "p2p_bytes": executor.transfer_bytes,
+            "stage_forward_s": list(self.costs.forward_s),
+            "stage_backward_s": list(self.costs.backward_s),
+            "stage_layers": [f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0]
+                             for names in self.costs.layers],
+            "stage_device": [list(mapping) for mapping in self.plan.stage_device],
+            "stage_overhead_s": c.stage_overhead,
+        }
+        if executor.busy:
+            result["device_busy_s"] = list(executor.busy[-1])
+        return result

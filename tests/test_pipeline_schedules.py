@@ -1,0 +1,189 @@
+"""Pipeline schedules (policies, no SimPy): the bubble formulas of papers/prt.md, exactly.
+
+Convention: bubble fraction = 1 - busy / (devices x makespan), with every stage's forward
+taking 1 and backward ``b`` and no communication (the closed-form timing of
+:func:`plan_timing`; ``test_pipeline_engine.py`` checks the SimPy engine gives the same times).
+
+Domains of the formulas (outside them the schedules still run, with more bubble):
+GPipe/1F1B any ``m``; interleaved ``m`` a multiple of ``p`` (Megatron-LM's condition) for
+``v > 1``; Chimera ``m`` micro-batches in total (``m/2`` per direction), ``m`` even and
+``>= p``, backward = forward (the paper's bubble count treats every slot alike).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from simhpc.policies.pipeline import (
+    Chimera,
+    GPipe,
+    Interleaved,
+    OneFOneB,
+    PipelinePlan,
+    PlanError,
+    Prt,
+    plan_timing,
+)
+from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
+from simhpc.policies.pipeline.partition import balanced_partition, even_partition
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op
+from simhpc.registry import lookup, names
+
+P_GRID = (2, 4, 8, 16)
+M_GRID = range(1, 65)
+
+
+def unit(backward: float, scale: float = 1.0):
+    """Durations: forward ``scale``, backward ``backward x scale``."""
+    return lambda op: scale if op.kind == FORWARD else backward * scale
+
+
+def gpipe_formula(p: int, m: int) -> float:
+    return (p - 1) / (m + p - 1)
+
+
+def check_invariants(plan: PipelinePlan) -> None:
+    """Every op exactly once, on its stage's device, after its dependencies, one at a time."""
+    plan.validate()
+    timing = plan_timing(plan, unit(2.0))
+    for op, start in timing.start.items():
+        for dep in plan.dependencies(op):
+            assert timing.end[dep] <= start + 1e-12, (op, dep)
+    for ops in plan.ops:
+        for before, after in itertools.pairwise(ops):
+            assert timing.end[before] <= timing.start[after] + 1e-12
+
+
+def test_registry_lists_every_schedule():
+    assert {"gpipe", "1f1b", "interleaved", "chimera", "prt"} <= set(names("pipeline"))
+    assert lookup("pipeline", "prt") is Prt
+
+
+def test_gpipe_and_1f1b_bubble_formula_exact_on_the_grid():
+    for p, m in itertools.product(P_GRID, M_GRID):
+        backward = 1.0 if m % 5 == 0 else 2.0
+        for schedule in (GPipe(GPipe.Params(kind="gpipe")), OneFOneB(OneFOneB.Params(kind="1f1b"))):
+            timing = plan_timing(schedule.plan(p, m), unit(backward))
+            assert timing.bubble_fraction == pytest.approx(gpipe_formula(p, m), abs=1e-9), (p, m)
+
+
+def test_interleaved_bubble_formula_exact_on_the_grid():
+    for p, v in itertools.product(P_GRID, (1, 2, 4)):
+        schedule = Interleaved(Interleaved.Params(kind="interleaved", v=v))
+        for m in M_GRID:
+            if v > 1 and m % p:
+                continue
+            plan = schedule.plan(p, m, backward_cost=2.0)
+            timing = plan_timing(plan, unit(2.0, 1 / v))
+            assert timing.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-9), (p, v, m)
+
+
+def test_interleaved_outside_the_formula_domain_runs_with_more_bubble():
+    for p, v, m in [(4, 2, 3), (8, 2, 5), (8, 4, 12), (16, 4, 1), (16, 2, 17)]:
+        plan = Interleaved(Interleaved.Params(kind="interleaved", v=v)).plan(p, m)
+        check_invariants(plan)
+        timing = plan_timing(plan, unit(2.0, 1 / v))
+        assert timing.bubble_fraction >= (p - 1) / (v * m + p - 1) - 1e-9
+
+
+def test_chimera_bubble_formula_exact_with_equal_forward_and_backward():
+    schedule = Chimera(Chimera.Params(kind="chimera"))
+    for p in P_GRID:
+        for m in range(p, 65, 2):
+            timing = plan_timing(schedule.plan(p, m, backward_cost=1.0), unit(1.0))
+            assert timing.bubble_fraction == pytest.approx((p - 2) / (2 * m + p - 2), abs=1e-9), (p, m)
+
+
+def test_chimera_with_slower_backward_is_between_its_formula_and_1f1b():
+    schedule = Chimera(Chimera.Params(kind="chimera"))
+    for p, m in [(4, 4), (8, 8), (8, 16), (16, 32)]:
+        bubble = plan_timing(schedule.plan(p, m, backward_cost=2.0), unit(2.0)).bubble_fraction
+        assert (p - 2) / (2 * m + p - 2) - 1e-9 <= bubble < gpipe_formula(p, m)
+
+
+def test_chimera_holds_two_copies_of_each_stage():
+    plan = Chimera(Chimera.Params(kind="chimera")).plan(4, 8)
+    assert plan.pipelines == 2
+    assert plan.stage_device == ((0, 1, 2, 3), (3, 2, 1, 0))
+    assert plan.hosted_stages(0) == [(0, 0), (1, 3)]
+    with pytest.raises(ValueError, match="even"):
+        Chimera(Chimera.Params(kind="chimera")).plan(3, 8)
+
+
+@pytest.mark.parametrize("mapping", ["round_robin", "v_shape", [0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3]])
+@pytest.mark.parametrize("direction", ["uni", "bi"])
+def test_prt_plans_are_valid(mapping, direction):
+    schedule = Prt(Prt.Params(kind="prt", k=3, mapping=mapping, direction=direction))
+    for m in (1, 2, 5, 8, 12):
+        if direction == "bi" and m < 2:
+            continue
+        plan = schedule.plan(4, m)
+        assert plan.stages == 12 and plan.pipelines == (2 if direction == "bi" else 1)
+        check_invariants(plan)
+
+
+def test_prt_round_robin_unidirectional_is_megatron_interleaving():
+    for p, k, m in [(4, 2, 8), (8, 4, 16), (8, 3, 5)]:
+        prt = Prt(Prt.Params(kind="prt", k=k)).plan(p, m)
+        interleaved = Interleaved(Interleaved.Params(kind="interleaved", v=k)).plan(p, m)
+        assert prt.ops == interleaved.ops
+
+
+def test_deeper_pipeline_shrinks_the_bubble():
+    for direction in ("uni", "bi"):
+        bubbles = []
+        for k in (1, 2, 4):
+            plan = Prt(Prt.Params(kind="prt", k=k, direction=direction)).plan(8, 8)
+            timing = plan_timing(plan, unit(2.0, 1 / k))
+            bubbles.append(timing.bubble_fraction)
+        assert bubbles[0] > bubbles[1] > bubbles[2], (direction, bubbles)
+
+
+def test_stage_maps():
+    assert round_robin(4, 8) == (0, 1, 2, 3, 0, 1, 2, 3)
+    assert v_shape(4, 12) == (0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3)
+    with pytest.raises(ValueError, match="without a stage"):
+        custom([0, 0, 1, 1], 3, 4)
+    with pytest.raises(ValueError, match="entries"):
+        custom([0, 1, 2], 3, 4)
+    with pytest.raises(ValueError, match="without a stage"):
+        Prt(Prt.Params(kind="prt", k=2, mapping=[0, 0, 1, 1, 2, 2, 0, 1])).plan(4, 4)
+
+
+def test_validate_rejects_missing_duplicate_misplaced_and_deadlocked_plans():
+    good = OneFOneB(OneFOneB.Params(kind="1f1b")).plan(2, 2)
+    ops = [list(device_ops) for device_ops in good.ops]
+    broken = [
+        [ops[0][:-1], ops[1]],
+        [ops[0] + [ops[0][0]], ops[1]],
+        [ops[0] + [ops[1][0]], ops[1][1:]],
+        [list(reversed(ops[0])), ops[1]],
+    ]
+    for lists, message in zip(broken, ["missing", "twice", "device", "deadlock"]):
+        plan = PipelinePlan("x", 2, 2, 2, good.stage_device, good.micro_batch_pipeline,
+                            tuple(tuple(o) for o in lists))
+        with pytest.raises(PlanError, match=message):
+            plan.validate()
+
+
+def test_op_dependencies():
+    plan = GPipe(GPipe.Params(kind="gpipe")).plan(3, 2)
+    assert plan.dependencies(Op(FORWARD, 1, 0)) == []
+    assert plan.dependencies(Op(FORWARD, 1, 2)) == [Op(FORWARD, 1, 1)]
+    assert plan.dependencies(Op(BACKWARD, 0, 2)) == [Op(FORWARD, 0, 2)]
+    assert plan.dependencies(Op(BACKWARD, 0, 1)) == [Op(FORWARD, 0, 1), Op(BACKWARD, 0, 2)]
+
+
+def test_balanced_partition_is_optimal_and_even_partition_counts():
+    costs = [5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 2.0]
+    bounds = balanced_partition(costs, 3)
+    worst = max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds))
+    best = min(max(sum(costs[a:b]) for a, b in itertools.pairwise((0, *cut, len(costs))))
+               for cut in itertools.combinations(range(1, len(costs)), 2))
+    assert worst == best
+    assert balanced_partition([1.0] * 6, 6) == (0, 1, 2, 3, 4, 5, 6)
+    assert even_partition(10, 4) == (0, 3, 6, 8, 10)
+    with pytest.raises(ValueError, match="cannot cut"):
+        balanced_partition([1.0, 2.0], 3)

@@ -1,0 +1,137 @@
+"""``pipeline_training`` end to end: scenarios, PRT's gains and their trends, memory, OOM.
+
+Runs use the analytic (alpha-beta) network for speed; validation/reproduce/prt.py runs the
+flow-level model and prints the full comparison with the paper.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simhpc.errors import ScenarioError
+from simhpc.hardware import builtin_catalog
+from simhpc.runner import simulate
+from simhpc.scenario.loader import load_scenario, read_yaml, scenario_from_dict, with_overrides
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+PAPER_GAIN = {"bert": {"uni": 0.5478, "bi": 0.3038}, "resnet": {"uni": 0.7659, "bi": 0.2645}}
+
+
+@cache
+def run(model_file: str, schedule: str, overrides: tuple[str, ...] = (), latency: str | None = None) -> dict:
+    data: dict[str, Any] = read_yaml(SCENARIOS / model_file)
+    data["network"]["mode"] = "analytic"
+    data["outputs"] = {"trace": False, "timeline": False}
+    if latency is not None:
+        node = data["workload"]["node"]
+        raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])
+        raw["gpu_link"]["latency"] = latency
+        data["hardware"] = {"nodes": {node: raw}}
+    data = with_overrides(data, ["workload.iterations=1", f"workload.schedule={schedule}", *overrides], "test")
+    return simulate(scenario_from_dict(data, "test"), "test").summary
+
+
+def gain(model_file: str, direction: str, k: int = 3, overrides: tuple[str, ...] = (),
+         latency: str | None = None) -> float:
+    baseline = "{kind: 1f1b}" if direction == "uni" else "{kind: chimera}"
+    prt = f"{{kind: prt, k: {k}, direction: {direction}}}"
+    ours = run(model_file, prt, overrides, latency)["workload"]["throughput_samples_per_second"]
+    theirs = run(model_file, baseline, overrides, latency)["workload"]["throughput_samples_per_second"]
+    return ours / theirs - 1.0
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("pipeline_*.yaml")), ids=lambda p: p.stem)
+def test_pipeline_scenarios_run(path):
+    scenario = load_scenario(path, ["network.mode=analytic", "workload.iterations=1"])
+    summary = simulate(scenario, str(path)).summary
+    workload = summary["workload"]
+    assert summary["status"] == "ok"
+    assert workload["throughput_samples_per_second"] > 0
+    assert 0 < workload["bubble_fraction"] < 1
+    assert workload["memory_imbalance"] >= 1
+
+
+def test_prt_gains_on_bert_large_are_in_the_papers_range_unidirectional_above_bidirectional():
+    uni, bi = gain("pipeline_bert_large.yaml", "uni"), gain("pipeline_bert_large.yaml", "bi")
+    assert uni > bi > 0
+    assert 0.5 * PAPER_GAIN["bert"]["uni"] < uni < 1.25 * PAPER_GAIN["bert"]["uni"]
+    assert 0.5 * PAPER_GAIN["bert"]["bi"] < bi < 1.25 * PAPER_GAIN["bert"]["bi"]
+
+
+def test_prt_gains_on_resnet_are_positive_unidirectional_above_bidirectional():
+    uni, bi = gain("pipeline_resnet152.yaml", "uni"), gain("pipeline_resnet152.yaml", "bi")
+    assert uni > bi > 0
+
+
+@pytest.mark.xfail(strict=True, reason="honest mechanism: ResNet activations are large, so the k-fold "
+                   "p2p transfers of the deeper pipeline eat much of the smaller bubble (see "
+                   "validation/reproduce/README.md); the paper's +76.6% is not reached")
+def test_prt_unidirectional_gain_on_resnet_reaches_the_paper():
+    best = max(gain("pipeline_resnet152.yaml", "uni", k) for k in (2, 3, 4))
+    assert best > 0.75 * PAPER_GAIN["resnet"]["uni"]
+
+
+@pytest.mark.parametrize("direction", ["uni", "bi"])
+def test_gain_falls_as_micro_batches_grow(direction):
+    gains = [gain("pipeline_bert_large.yaml", direction, overrides=(f"workload.micro_batches={m}",))
+             for m in (8, 16, 32)]
+    assert gains[0] > gains[1] > gains[2]
+
+
+@pytest.mark.parametrize("direction", ["uni", "bi"])
+def test_gain_falls_as_per_stage_overhead_grows(direction):
+    gains = [gain("pipeline_bert_large.yaml", direction, overrides=(f"workload.stage_overhead={o}",))
+             for o in ("0 us", "200 us", "1 ms")]
+    assert gains[0] > gains[1] > gains[2]
+
+
+def test_gain_falls_as_link_latency_grows():
+    gains = [gain("pipeline_bert_large.yaml", "uni", latency=latency) for latency in ("2 us", "100 us", "500 us")]
+    assert gains[0] > gains[1] > gains[2]
+
+
+@pytest.mark.parametrize("model_file", ["pipeline_bert_large.yaml", "pipeline_resnet152.yaml"])
+def test_prt_balances_memory_better_than_1f1b(model_file):
+    baseline = run(model_file, "{kind: 1f1b}")["workload"]
+    for schedule in ("{kind: prt, k: 3}", "{kind: prt, k: 3, direction: bi}", "{kind: prt, k: 2, mapping: v_shape}"):
+        prt = run(model_file, schedule)["workload"]
+        assert prt["memory_imbalance"] < baseline["memory_imbalance"], schedule
+
+
+def test_out_of_memory_is_reported_with_device_and_op():
+    summary = run("pipeline_bert_large.yaml", "{kind: gpipe}", ("workload.memory_capacity=3 GiB",))
+    assert summary["status"] == "oom"
+    error = summary["error"]
+    assert error["device"].startswith("n0.gpu")
+    assert error["what"].startswith("activations of F")
+    assert error["device"] in error["message"]
+    fits = run("pipeline_bert_large.yaml", "{kind: gpipe}", ("workload.memory_capacity=32 GiB",))
+    assert fits["status"] == "ok"
+
+
+def test_summary_reports_throughput_bubble_and_memory():
+    workload = run("pipeline_bert_large.yaml", "{kind: prt, k: 2, direction: bi}")["workload"]
+    assert workload["stages"] == 16 and workload["pipelines"] == 2
+    assert len(workload["peak_memory_bytes"]) == 8
+    assert workload["memory_imbalance"] == pytest.approx(
+        workload["max_peak_memory_bytes"] / workload["min_peak_memory_bytes"])
+    samples = workload["samples_per_iteration"]
+    assert workload["throughput_samples_per_second"] == pytest.approx(samples / workload["iteration_time_s"])
+    assert workload["p2p_transfers"] > 0
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("workload.schedule={kind: prt, k: 8}", "workload.schedule"),
+    ("workload.node=dgx-a100", "workload.node"),
+    ("workload.devices=9", "workload.devices"),
+    ("workload.schedule={kind: prt, k: 2, mapping: [0, 1]}", "workload.schedule"),
+])
+def test_bad_configurations_name_the_field(override, field):
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(SCENARIOS / "pipeline_bert_large.yaml", [override])
+    assert raised.value.path == field

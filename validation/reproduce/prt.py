@@ -1,0 +1,147 @@
+"""Reproduce PRT (pipeline reuse, CLUSTER 2025) on the simulated 8-GPU node.
+
+For each model (scenarios/pipeline_<model>.yaml: 8 x V100 NVLink, fp16, 8 micro-batches,
+50 us per-op overhead) prints the throughput of the depth = #GPU baselines (1F1B for the
+unidirectional case, Chimera for the bidirectional one), of PRT at its best reuse factor k
+(depth 8k; round-robin map), the gain, and the paper's "up to" figure beside ours; then the
+memory imbalance (max/min peak per GPU) of 1F1B and PRT, and how the gain moves with the number
+of micro-batches, the per-op overhead and the link latency.
+
+    .venv/bin/python validation/reproduce/prt.py            # flow-level network (~2-3 min)
+    .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
+
+The paper's figures are targets only; nothing in the simulator reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from simhpc.runner import simulate
+from simhpc.scenario.loader import read_yaml, scenario_from_dict, with_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = {
+    "bert-base": "pipeline_bert_base.yaml",
+    "bert-large": "pipeline_bert_large.yaml",
+    "resnet-50": "pipeline_resnet50.yaml",
+    "resnet-101": "pipeline_resnet101.yaml",
+    "resnet-152": "pipeline_resnet152.yaml",
+}
+PAPER_GAIN_PERCENT = {  # PRT abstract: "up to" gains per model series (papers/prt.md)
+    "bert": {"uni": 54.78, "bi": 30.38},
+    "resnet": {"uni": 76.59, "bi": 26.45},
+}
+REUSE = (2, 3, 4, 6)
+MODE = "flow"
+
+
+def series(model: str) -> str:
+    return "bert" if model.startswith("bert") else "resnet"
+
+
+@cache
+def _base(model: str) -> dict[str, Any]:
+    return read_yaml(ROOT / "scenarios" / MODELS[model])
+
+
+def run(model: str, schedule: str, *overrides: str, latency: str | None = None) -> dict[str, Any] | None:
+    """The workload summary of one simulated run (None if it cannot run: too deep, OOM)."""
+    data = copy.deepcopy(_base(model))
+    data["network"]["mode"] = MODE
+    data["workload"]["iterations"] = 1
+    data["outputs"] = {"trace": False, "timeline": False}
+    if latency is not None:  # the catalog node with another GPU-GPU hop latency
+        node = data["workload"]["node"]
+        from simhpc.hardware.catalog import builtin_catalog
+
+        raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])
+        raw["gpu_link"] = {**raw["gpu_link"], "latency": latency}
+        data["hardware"] = {"nodes": {node: raw}}
+    data = with_overrides(data, [f"workload.schedule={schedule}", *overrides], MODELS[model])
+    try:
+        scenario = scenario_from_dict(data, MODELS[model])
+    except Exception as error:  # a configuration the model cannot take (more stages than layers)
+        if "stages" in str(error):
+            return None
+        raise
+    result = simulate(scenario, MODELS[model])
+    if result.summary["status"] != "ok":
+        return None
+    return result.summary["workload"]
+
+
+def throughput(summary: dict[str, Any] | None) -> float:
+    return summary["throughput_samples_per_second"] if summary else 0.0
+
+
+def best_prt(model: str, direction: str, *overrides: str, latency: str | None = None) -> tuple[int, dict]:
+    """The reuse factor k with the highest PRT throughput, and its summary."""
+    results = {k: run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", *overrides, latency=latency)
+               for k in REUSE}
+    k = max(results, key=lambda key: throughput(results[key]))
+    return k, results[k]  # type: ignore[return-value]
+
+
+def gain(prt: dict | None, baseline: dict | None) -> float:
+    return 100.0 * (throughput(prt) / throughput(baseline) - 1.0)
+
+
+def headline() -> None:
+    print("PRT vs depth = #GPU baselines on 8 x V100 (NVLink), m = 8 micro-batches, best k in "
+          f"{REUSE}, network mode {MODE}")
+    header = (f"{'model':<11} {'1F1B':>8} {'PRT-uni':>8} {'k':>2} {'gain':>7} {'paper':>7} | "
+              f"{'Chimera':>8} {'PRT-bi':>8} {'k':>2} {'gain':>7} {'paper':>7} | {'mem imb 1F1B':>12} {'PRT':>5}")
+    print(header)
+    print("-" * len(header))
+    for model in MODELS:
+        base = run(model, "{kind: 1f1b}")
+        chimera = run(model, "{kind: chimera}")
+        k_uni, uni = best_prt(model, "uni")
+        k_bi, bi = best_prt(model, "bi")
+        paper = PAPER_GAIN_PERCENT[series(model)]
+        print(f"{model:<11} {throughput(base):8.1f} {throughput(uni):8.1f} {k_uni:>2} {gain(uni, base):+6.1f}% "
+              f"{paper['uni']:+6.1f}% | {throughput(chimera):8.1f} {throughput(bi):8.1f} {k_bi:>2} "
+              f"{gain(bi, chimera):+6.1f}% {paper['bi']:+6.1f}% | {base['memory_imbalance']:12.2f} "  # type: ignore[index]
+              f"{uni['memory_imbalance']:5.2f}")
+    print("throughput in samples/s; gain = PRT / baseline - 1; paper = the abstract's 'up to' figure "
+          "for the model series")
+
+
+def trends(models: tuple[str, ...], quick: bool) -> None:
+    k = 3
+    print(f"\nGain of PRT (k={k}) over its baseline as conditions change (uni: vs 1F1B, bi: vs Chimera)")
+    cases: list[tuple[str, tuple[str, ...], str | None]] = []
+    for m in (8, 16) if quick else (8, 16, 32):
+        cases.append((f"m={m}", (f"workload.micro_batches={m}",), None))
+    for overhead in ("0 us", "200 us") if quick else ("0 us", "50 us", "200 us", "500 us"):
+        cases.append((f"overhead {overhead}", (f"workload.stage_overhead={overhead}",), None))
+    for latency in ("20 us",) if quick else ("20 us", "100 us"):
+        cases.append((f"hop latency {latency}", (), latency))
+    print(f"{'model':<11} {'condition':<20} {'uni gain':>9} {'bi gain':>9}")
+    for model in models:
+        for label, overrides, latency in cases:
+            base = run(model, "{kind: 1f1b}", *overrides, latency=latency)
+            chimera = run(model, "{kind: chimera}", *overrides, latency=latency)
+            uni = run(model, f"{{kind: prt, k: {k}}}", *overrides, latency=latency)
+            bi = run(model, f"{{kind: prt, k: {k}, direction: bi}}", *overrides, latency=latency)
+            print(f"{model:<11} {label:<20} {gain(uni, base):+8.1f}% {gain(bi, chimera):+8.1f}%")
+
+
+def main() -> None:
+    global MODE
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="analytic network, fewer trend points")
+    args = parser.parse_args()
+    if args.quick:
+        MODE = "analytic"
+    headline()
+    trends(("bert-large", "resnet-152"), args.quick)
+
+
+if __name__ == "__main__":
+    main()
