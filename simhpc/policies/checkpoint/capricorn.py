@@ -1,0 +1,105 @@
+"""``capricorn``: dynamicity-aware in-memory checkpointing for MoE training (CLUSTER'25).
+
+Like Gemini it keeps replicas in peers' host memory and fits checkpoint chunks into the idle
+gaps of the training traffic, but its profile is per layer and kept current:
+
+* **per-layer online profiling**: it times the phases of single layers, not whole iterations;
+* **chunked partitioning overlapped with layer computation**: every iteration the checkpoint
+  is re-cut from the newest per-layer profile, chunks released as each layer's gaps open;
+* **speculative re-profiling**: after each iteration it predicts the next iteration's load of
+  every layer from the routing metadata (temporal locality: the next load is close to the
+  current one) and re-profiles only the layers whose predicted load moved more than a
+  threshold from the load they were profiled at. Timing a phase costs the workload's
+  ``profile_overhead``; with ``speculative: false`` every layer is profiled every iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from simhpc.policies.checkpoint.base import CheckpointPolicy
+from simhpc.policies.checkpoint.partition import gap_plan
+from simhpc.policies.checkpoint.placement import replica_peers
+from simhpc.registry import register
+from simhpc.scenario.types import Strict
+from simhpc.workloads.moe.plan import CheckpointPlan, ClusterFacts, Observation
+
+
+class CapricornOptions(Strict):
+    """Options of ``capricorn``."""
+
+    threshold: float = Field(0.05, ge=0)
+    """Relative change of a layer's predicted peak expert load that triggers re-profiling."""
+    speculative: bool = True
+    """Re-profile only the layers predicted to change (else every layer, every iteration)."""
+    predictor: Literal["last", "trend"] = "last"
+    """Next load = this load (``last``) or this load plus the last change (``trend``)."""
+    placement: Literal["group", "ring"] = "group"
+    fill: float = Field(1.0, gt=0, le=1)
+    """Fraction of each profiled gap the chunks may fill (headroom for latency, pipelining)."""
+
+
+@register("checkpoint", "capricorn")
+class Capricorn(CheckpointPolicy):
+    """Per-layer profile, refreshed where the predicted expert load changes."""
+
+    Options = CapricornOptions
+
+    def __init__(self, facts: ClusterFacts, options: Any = None) -> None:
+        super().__init__(facts, options)
+        self.peers = replica_peers(facts.nodes, facts.replicas, self.options.placement)
+        self.durations: dict[int, float] = {}
+        self._profiled_load = np.zeros(facts.layers)
+        self._previous_load: np.ndarray | None = None
+        self._pending: set[int] = set(range(facts.layers))
+        self._global = frozenset(p.index for p in facts.phases if p.layer is None)
+        self._first = True
+        self._profile: frozenset[int] = frozenset()
+        self.profiled_phases = 0
+        self.reprofiled_layers = 0
+
+    def plan(self, iteration: int) -> CheckpointPlan:
+        phases = [i for layer in sorted(self._pending) for i in self.facts.layer_phases(layer)]
+        profile = frozenset(phases) | (self._global if self._first else frozenset())
+        self._profile = profile
+        self.profiled_phases += len(profile)
+        if not self.due(iteration):
+            return CheckpointPlan(take=False, profile=profile, peers=self.peers, interval=self.interval)
+        known = len(self.durations) == len(self.facts.phases)
+        peers = len(self.peers[0]) if self.peers else 0
+        chunks = gap_plan(self.facts, self.durations, peers, self.options.fill) if known else self.eager_chunks()
+        if self.facts.state_bytes <= 0:
+            chunks = ()
+        return CheckpointPlan(take=True, target="memory", chunks=chunks, profile=profile, peers=self.peers,
+                              interval=self.interval)
+
+    def observe(self, observation: Observation) -> None:
+        self.durations.update(observation.durations)
+        peak = observation.gpu_loads.max(axis=1)
+        profiled_layers = {p.layer for p in self.facts.phases
+                           if p.index in observation.durations and p.layer is not None}
+        for layer in profiled_layers:
+            self._profiled_load[layer] = peak[layer]
+        if observation.durations:
+            self._first = False
+        if self.options.predictor == "trend" and self._previous_load is not None:
+            predicted = np.maximum(peak + (peak - self._previous_load), 0.0)
+        else:
+            predicted = peak
+        self._previous_load = peak
+        if not self.options.speculative:
+            self._pending = set(range(self.facts.layers))
+            return
+        reference = np.where(self._profiled_load > 0, self._profiled_load, 1.0)
+        change = np.abs(predicted / reference - 1.0)
+        self._pending = {int(layer) for layer in np.flatnonzero(change > self.options.threshold)}
+        self.reprofiled_layers += len(self._pending)
+        missing = {p.layer for p in self.facts.phases if p.layer is not None and p.index not in self.durations}
+        self._pending |= {int(layer) for layer in missing if layer is not None}
+
+    def stats(self) -> dict[str, Any]:
+        return {"interval": self.interval, "profiled_phases": self.profiled_phases,
+                "reprofiled_layers": self.reprofiled_layers, "speculative": self.options.speculative}

@@ -1,0 +1,177 @@
+"""Node failures and rollback recovery.
+
+At a failure the training loop stops, the checkpoint in progress is abandoned and the failed
+node's host memory (its local copy and the replicas it held for peers) is lost. Training
+rolls back to the newest complete checkpoint that survives:
+
+* in memory, if every node's state still has a copy on a surviving node (its own host, or a
+  peer holding its replica);
+* else in storage, if a persisted version exists;
+* else nowhere: training restarts from the beginning, and the summary says so.
+
+Recovery takes the restart time (detection, replacement, process restart) plus the state
+reload, simulated as transfers: from memory, each GPU loads its state from a surviving
+holder's host memory (PCIe locally, NIC from a peer); from storage, each node reads its state
+and copies it to its GPUs. Lost work is the time since the restored state was produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simhpc.engine import Simulation
+from simhpc.network import Network
+from simhpc.workloads.moe.checkpointer import CheckpointStore
+from simhpc.workloads.moe.config import FailuresConfig
+from simhpc.workloads.moe.storage import Storage
+from simhpc.workloads.moe.trainer import Trainer
+
+
+class FailureInjector:
+    """Injects the configured failures and runs each recovery.
+
+    Args:
+        sim: the simulation.
+        config: failure times, MTBF, restart time.
+        trainer: the training loop to stop and restart.
+        store: the checkpoint versions.
+        network: carries the state reload.
+        storage: the storage server of each node.
+        nodes: machines.
+        gpus_per_node: GPUs per machine.
+    """
+
+    def __init__(
+        self,
+        sim: Simulation,
+        config: FailuresConfig,
+        trainer: Trainer,
+        store: CheckpointStore,
+        network: Network,
+        storage: list[Storage],
+        nodes: int,
+        gpus_per_node: int,
+    ) -> None:
+        self.sim = sim
+        self.config = config
+        self.trainer = trainer
+        self.store = store
+        self.network = network
+        self.storage = storage
+        self.nodes = nodes
+        self.gpus = gpus_per_node
+        self.events: list[dict[str, Any]] = []
+        self._rng = sim.rng("moe.failures")
+
+    def start(self) -> None:
+        """Schedule the failures (nothing to do without any)."""
+        if self.config.at or self.config.mtbf:
+            self.sim.process(self._run())
+
+    def _schedule(self) -> Generator[tuple[float, int], None, None]:
+        explicit = sorted((spec.time, spec.node) for spec in self.config.at)
+        mtbf = self.config.mtbf
+        drawn_at = 0.0
+        upcoming = None
+        index = 0
+        count = 0
+        while count < self.config.max_failures:
+            if mtbf and upcoming is None:
+                drawn_at += float(self._rng.exponential(mtbf))
+                upcoming = (drawn_at, int(self._rng.integers(self.nodes)))
+            candidates = [c for c in (explicit[index] if index < len(explicit) else None, upcoming) if c]
+            if not candidates:
+                return
+            nxt = min(candidates)
+            if index < len(explicit) and nxt == explicit[index]:
+                index += 1
+            else:
+                upcoming = None
+            count += 1
+            yield nxt
+
+    def _run(self) -> Generator[Any, Any, None]:
+        for time, node in self._schedule():
+            if node >= self.nodes:
+                raise ValueError(f"failure of node {node}: the cluster has {self.nodes} nodes")
+            if self.trainer.finished.triggered:
+                return
+            if time > self.sim.now:
+                yield self.sim.env.any_of([self.sim.timeout(time - self.sim.now), self.trainer.finished])
+                if self.trainer.finished.triggered:
+                    return
+            yield from self._fail(node)
+
+    def _fail(self, node: int) -> Generator[Any, Any, None]:
+        sim, trainer, store = self.sim, self.trainer, self.store
+        now = sim.now
+        sim.trace.instant(f"n{node}", "failure", f"node n{node} fails", now)
+        trainer.interrupt()
+        store.fail(node)
+        running = trainer.iteration
+        source, version = "none", 0
+        if store.memory is not None:
+            source, version = "memory", store.memory[0]
+        if store.persisted is not None and (source == "none" or store.persisted > version):
+            source, version = "storage", store.persisted
+        lost_since = trainer.version_time.get(version, 0.0) if source != "none" else 0.0
+        for record in trainer.records:
+            if record.status == "done" and record.iteration >= version:
+                record.status = "lost"
+        if self.config.restart_time > 0:
+            yield sim.timeout(self.config.restart_time)
+        reload_start = sim.now
+        yield from self._reload(source, node)
+        sim.trace.instant(f"n{node}", "failure", f"recovered from {source} (v{version})", sim.now)
+        self.events.append({
+            "time_s": now,
+            "node": node,
+            "recovered_from": source,
+            "recoverable": source != "none",
+            "version": version,
+            "iteration_at_failure": running,
+            "lost_iterations": running - version,
+            "lost_work_s": now - lost_since,
+            "reload_s": sim.now - reload_start,
+            "recovery_s": sim.now - now,
+        })
+        trainer.iteration = version
+        trainer.start()
+
+    def _reload(self, source: str, failed: int) -> Generator[Any, Any, None]:
+        state = self.store.state_bytes
+        if source == "none" or state <= 0:
+            return
+        events: list[simpy.Event] = []
+        if source == "memory":
+            for node in range(self.nodes):
+                holder = self.store.holders(node, {failed})[0]
+                for gpu in range(self.gpus):
+                    events.append(self.network.transfer(f"n{holder}.cpu", f"n{node}.gpu{gpu}", state, "restore"))
+        else:
+            for node in range(self.nodes):
+                events.append(self.sim.process(self._from_storage(node)))
+        yield self.sim.env.all_of(events)
+
+    def _from_storage(self, node: int) -> Generator[Any, Any, None]:
+        state = self.store.state_bytes
+        yield from self.storage[node].read(self.gpus * state, f"n{node} restore")
+        yield self.sim.env.all_of([
+            self.network.transfer(f"n{node}.cpu", f"n{node}.gpu{gpu}", state, "restore") for gpu in range(self.gpus)
+        ])
+
+    def summary(self) -> dict[str, Any]:
+        """Failures, lost work and recovery time (JSON-serialisable)."""
+        lost = float(np.sum([e["lost_work_s"] for e in self.events])) if self.events else 0.0
+        recovery = float(np.sum([e["recovery_s"] for e in self.events])) if self.events else 0.0
+        return {
+            "count": len(self.events),
+            "unrecoverable": sum(1 for e in self.events if not e["recoverable"]),
+            "lost_work_s": lost,
+            "recovery_s": recovery,
+            "events": self.events,
+        }

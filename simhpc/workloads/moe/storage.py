@@ -1,0 +1,56 @@
+"""Persistent storage as a bandwidth server: writes and reads queue and drain one at a time.
+
+A node-local device (NVMe) gets one server per node; a shared file system (``shared: true``
+in the catalog) one server for the whole cluster, so nodes writing at once share its
+bandwidth. Serving requests in order at full bandwidth finishes a batch of requests at the
+same time as sharing the bandwidth fairly would, with one SimPy event per request. Storage
+traffic does not cross the compute fabric modelled by the network (DGX-class nodes reach
+their file system through separate storage NICs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from simhpc.engine import Simulation
+from simhpc.hardware.specs import StorageSpec
+
+
+class Storage:
+    """One storage server with the spec's bandwidth and latency.
+
+    Args:
+        sim: the simulation.
+        name: trace process of its track (``storage.<name>``).
+        spec: bandwidth (bytes/s), latency (s).
+    """
+
+    def __init__(self, sim: Simulation, name: str, spec: StorageSpec) -> None:
+        self.sim = sim
+        self.spec = spec
+        self.name = name
+        self._resource = simpy.Resource(sim.env, capacity=1)
+        self._track = sim.trace.track(f"storage.{name}", "io")
+        self.bytes_written = 0.0
+        self.bytes_read = 0.0
+
+    def _serve(self, op: str, nbytes: float, label: str) -> Generator[Any, Any, float]:
+        with self._resource.request() as request:
+            yield request
+            start = self.sim.now
+            yield self.sim.timeout(self.spec.latency + nbytes / self.spec.bandwidth)
+            self._track.span(f"{op} {label}".strip(), start, self.sim.now, "storage", {"bytes": nbytes})
+        return self.sim.now
+
+    def write(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
+        """Write ``nbytes`` (``yield from``); returns the completion time."""
+        self.bytes_written += nbytes
+        return (yield from self._serve("write", nbytes, label))
+
+    def read(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
+        """Read ``nbytes`` (``yield from``); returns the completion time."""
+        self.bytes_read += nbytes
+        return (yield from self._serve("read", nbytes, label))

@@ -1,0 +1,81 @@
+"""Failures and rollback: what survives, what is lost, how long recovery takes."""
+
+import pytest
+from test_moe_training import run
+
+from simhpc.runner import simulate
+from simhpc.scenario.loader import scenario_from_dict
+
+
+def failure_after_checkpoint(policy: str, k: int = 5) -> tuple[float, float, float]:
+    """A time inside iteration ``k`` after its checkpoint (of the state entering ``k``) completed,
+    with the start and end of iteration ``k`` (from a run without failures)."""
+    base = run(policy)["workload"]
+    times = base["iteration_times_s"]
+    start = sum(times[:k])
+    end = start + times[k]
+    done = [v["end_s"] for v in base["checkpoint"]["versions"] if v["version"] == k]
+    assert done and start < done[0] < end
+    return (done[0] + end) / 2, start, end
+
+
+@pytest.mark.parametrize("policy", ["gemini", "capricorn"])
+def test_in_memory_checkpoint_loses_at_most_one_iteration(policy):
+    at, start, end = failure_after_checkpoint(policy)
+    summary = run(policy, **{"workload.failures": {"at": [{"time": at, "node": 1}], "restart_time": "2 s"}})
+    work = summary["workload"]
+    assert summary["status"] == "ok"
+    assert work["iterations_done"] == 10
+    [event] = work["failures"]["events"]
+    assert event["recovered_from"] == "memory" and event["version"] == 5
+    assert event["lost_iterations"] == 0
+    assert event["lost_work_s"] == pytest.approx(at - start)
+    assert event["lost_work_s"] <= end - start
+    # Node 1's state comes back from node 0's host memory: restart time plus a reload.
+    assert event["recovery_s"] > 2.0 and event["reload_s"] > 0
+
+
+def test_storage_checkpoint_loses_the_work_since_the_last_persisted_snapshot():
+    at, _, _ = failure_after_checkpoint("gemini")
+    base = run("torchsnapshot")["workload"]
+    persisted = [v for v in base["checkpoint"]["versions"] if v["end_s"] <= at]
+    newest = max(v["version"] for v in persisted)
+    produced = sum(base["iteration_times_s"][:newest])  # when the state of step `newest` existed
+    summary = run("torchsnapshot", **{"workload.failures": {"at": [{"time": at, "node": 1}]}})
+    [event] = summary["workload"]["failures"]["events"]
+    assert event["recovered_from"] == "storage" and event["version"] == newest
+    assert event["lost_work_s"] == pytest.approx(at - produced)
+    memory = run("gemini", **{"workload.failures": {"at": [{"time": at, "node": 1}]}})
+    assert event["lost_work_s"] > memory["workload"]["failures"]["events"][0]["lost_work_s"]
+    assert summary["workload"]["iterations_done"] == 10
+
+
+def test_a_failure_without_a_surviving_copy_is_reported_and_training_restarts():
+    at, _, _ = failure_after_checkpoint("gemini")
+    summary = run("gemini", **{"workload.checkpoint.replicas": 1,
+                               "workload.failures": {"at": [{"time": at, "node": 0}]}})
+    work = summary["workload"]
+    [event] = work["failures"]["events"]
+    assert not event["recoverable"] and event["recovered_from"] == "none"
+    assert work["failures"]["unrecoverable"] == 1
+    assert event["version"] == 0 and event["lost_work_s"] == pytest.approx(at)
+    assert work["iterations_done"] == 10
+    assert work["iterations_executed"] > 10
+
+
+def test_no_checkpoint_policy_restarts_from_scratch():
+    summary = run("none", **{"workload.failures": {"at": [{"time": 3.0, "node": 1}]}})
+    [event] = summary["workload"]["failures"]["events"]
+    assert event["recovered_from"] == "none" and event["lost_work_s"] == pytest.approx(3.0)
+
+
+def test_mtbf_failures_are_drawn_from_the_seed():
+    changes = {"workload.failures": {"mtbf": "3 s", "max_failures": 2, "restart_time": "0.5 s"}}
+    first = run("capricorn", **changes)["workload"]
+    assert first["failures"]["count"] == 2
+    assert first["iterations_done"] == 10
+    assert first["goodput"] < 1.0
+    data = scenario_from_dict(__import__("test_moe_training").scenario(**{
+        "workload.checkpoint.policy": "capricorn", **changes}), "<again>")
+    again = simulate(data).summary["workload"]
+    assert again["failures"] == first["failures"]

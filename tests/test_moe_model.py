@@ -1,0 +1,83 @@
+"""MoE arithmetic and expert-load dynamics (pure functions, no SimPy)."""
+
+import numpy as np
+import pytest
+
+from simhpc.costs import CostModel
+from simhpc.hardware.catalog import builtin_catalog
+from simhpc.workloads.moe.config import MoEModelConfig
+from simhpc.workloads.moe.loads import ExpertLoads
+from simhpc.workloads.moe.model import Layout, MoEModel
+
+
+def model(**overrides) -> MoEModel:
+    fields = dict(layers=2, hidden=1024, ffn_hidden=4096, heads=16, experts=16, top_k=2, sequence_length=1024)
+    fields.update(overrides)
+    return MoEModel(MoEModelConfig(**fields), Layout(2, 8, 16), 64, builtin_catalog().gpus["a100"], CostModel())
+
+
+def test_parameter_counts():
+    m = model()
+    h, f = 1024, 4096
+    assert m.expert_params == 2 * h * f
+    assert m.dense_params_per_layer == 4 * h * h + 4 * h + 16 * h
+    assert m.expert_params_total == 2 * 16 * 2 * h * f
+    assert m.total_params == m.dense_params + m.expert_params_total
+    assert model(gated_ffn=True).expert_params == 3 * h * f
+    # One expert per GPU per layer; each GPU saves its experts and 1/16 of the dense state.
+    assert m.checkpoint_params_per_gpu() == pytest.approx(2 * 2 * h * f + m.dense_params / 16)
+
+
+def test_tokens_capacity_and_dispatch_bytes():
+    m = model()
+    assert m.tokens_per_gpu == 64 * 1024 / 16
+    even = np.full(16, 1 / 16)
+    tokens = m.expert_tokens(even)
+    assert tokens.sum() == pytest.approx(m.tokens_per_gpu * 16 * 2)
+    skewed = np.array([0.5] + [0.5 / 15] * 15)
+    capped = model(capacity_factor=1.25).expert_tokens(skewed)
+    assert capped.max() == pytest.approx(1.25 * m.tokens_per_gpu * 16 * 2 / 16)
+    sends = m.dispatch_bytes(tokens)
+    # Each GPU sends each expert's GPU 1/16 of that expert's tokens, hidden x 2 bytes each.
+    assert sends.sum() * 16 == pytest.approx(tokens.sum() * 1024 * 2)
+
+
+def test_expert_time_follows_the_most_loaded_expert():
+    m = model(experts=32)  # two experts per GPU
+    tokens = np.full(32, 1000.0)
+    tokens[5] = 3000.0
+    peaks = m.gpu_expert_load(tokens)
+    assert peaks[2] == 3000.0 and peaks[0] == 1000.0
+    forward, backward = m.expert_time(3000.0)
+    assert forward > m.expert_time(1000.0)[0]
+    assert backward == pytest.approx(2 * forward, rel=0.01)
+
+
+def test_loads_are_static_without_dynamicity_and_repeatable():
+    a = ExpertLoads(np.random.default_rng(1), 4, 8, dynamicity=0.0, skew=0.7)
+    assert np.array_equal(a.shares(0), a.shares(9))
+    assert np.allclose(a.shares(3).sum(axis=1), 1.0)
+    b = ExpertLoads(np.random.default_rng(1), 4, 8, dynamicity=0.3, skew=0.7)
+    c = ExpertLoads(np.random.default_rng(1), 4, 8, dynamicity=0.3, skew=0.7)
+    assert np.array_equal(b.shares(0), a.shares(0))  # same start, whatever the dynamicity
+    assert np.array_equal(b.shares(7), c.shares(7))
+    assert not np.array_equal(b.shares(0), b.shares(1))
+    assert not np.array_equal(a.shares(0)[0], a.shares(0)[1])  # layers differ
+
+
+def test_loads_keep_temporal_locality_and_a_stationary_spread():
+    slow = ExpertLoads(np.random.default_rng(2), 8, 64, dynamicity=0.05, skew=0.8)
+    fast = ExpertLoads(np.random.default_rng(2), 8, 64, dynamicity=1.0, skew=0.8)
+    step = lambda loads: np.mean([np.abs(loads.logits(i + 1) - loads.logits(i)).mean() for i in range(40)])  # noqa: E731
+    assert step(slow) < 0.4 * step(fast)
+    for loads in (slow, fast):
+        spread = np.std(np.stack([loads.logits(i) for i in range(200)]))
+        assert spread == pytest.approx(0.8, rel=0.2)
+
+
+def test_uniform_start_begins_even():
+    loads = ExpertLoads(np.random.default_rng(3), 2, 4, dynamicity=0.1, skew=1.0, start="uniform")
+    assert np.allclose(loads.shares(0), 0.25)
+    assert not np.allclose(loads.shares(5), 0.25)
+    with pytest.raises(ValueError):
+        ExpertLoads(np.random.default_rng(3), 2, 4, dynamicity=1.5, skew=1.0)

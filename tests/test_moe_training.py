@@ -1,0 +1,165 @@
+"""MoE training with checkpoint policies, end to end on a tiny cluster: the mechanism checks.
+
+Two nodes of four A100s (100 Gb/s NICs; PCIe at 50 GB/s so that the NICs bound the checkpoint
+traffic), a two-layer GPT-MoE: each run takes about a second.
+"""
+
+import copy
+import json
+from functools import cache
+
+import pytest
+
+from simhpc.errors import ScenarioError
+from simhpc.runner import simulate
+from simhpc.scenario.loader import scenario_from_dict
+
+QUAD_NODE = {
+    "cpu": "epyc-7742", "host_memory": "1 TiB", "gpu": "a100", "gpus": 4,
+    "gpu_link": {"bandwidth": "300 GB/s", "latency": "2 us"},
+    "pcie": {"bandwidth": "50 GB/s", "latency": "2 us"},
+    "nics": 4, "nic": {"bandwidth": "100 Gb/s", "latency": "1.5 us"}, "storage": "nvme-raid",
+}
+BASE = {
+    "name": "tiny-moe",
+    "seed": 3,
+    "hardware": {
+        "nodes": {"quad-a100": QUAD_NODE},
+        "storage": {"slow-pfs": {"bandwidth": "2 GB/s", "latency": "1 ms", "capacity": "1 PB"}},
+    },
+    "network": {"mode": "flow", "topology": {"kind": "gpu_cluster", "node": "quad-a100", "nodes": 2}},
+    "outputs": {"trace": False, "timeline": False},
+    "workload": {
+        "kind": "moe_training",
+        "node": "quad-a100",
+        "model": {"layers": 2, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "experts": 8, "top_k": 2,
+                  "sequence_length": 2048},
+        "global_batch": 96,
+        "iterations": 10,
+        "warmup": 3,
+        "dynamicity": 0.1,
+        "loads": {"skew": 0.6, "start": "uniform"},
+        "checkpoint": {"policy": "capricorn", "replicas": 2, "buffer": "256 MiB", "storage": "slow-pfs"},
+    },
+}
+
+
+def scenario(**changes):
+    """BASE with dotted-path changes, e.g. ``**{"workload.dynamicity": 0}``."""
+    data = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = data
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return data
+
+
+@cache
+def _run(frozen: str) -> dict:
+    return simulate(scenario_from_dict(json.loads(frozen), "<test>")).summary
+
+
+def run(policy: str = "capricorn", **changes) -> dict:
+    changes["workload.checkpoint.policy"] = policy
+    if policy == "checkfreq":
+        changes.setdefault("workload.checkpoint.options", {"adaptive": False})
+    return _run(json.dumps(scenario(**changes), sort_keys=True))
+
+
+def mean(summary: dict) -> float:
+    assert summary["status"] == "ok", summary.get("error")
+    return summary["workload"]["mean_iteration_time_s"]
+
+
+def test_per_iteration_ordering_capricorn_gemini_torchsnapshot():
+    times = {p: mean(run(p)) for p in ("none", "capricorn", "gemini", "torchsnapshot")}
+    assert times["none"] <= times["capricorn"] < times["gemini"] < times["torchsnapshot"]
+
+
+@pytest.mark.parametrize("start", ["uniform", "stationary"])
+def test_static_loads_make_gemini_and_capricorn_equal(start):
+    static = {"workload.dynamicity": 0.0, "workload.loads": {"skew": 0.6, "start": start}}
+    gemini, capricorn = (mean(run(p, **static)) for p in ("gemini", "capricorn"))
+    assert gemini == pytest.approx(capricorn, rel=0.03)
+
+
+@pytest.mark.parametrize("policy", ["torchsnapshot", "checkfreq", "gemini", "capricorn"])
+def test_zero_byte_checkpoint_costs_nothing(policy):
+    empty = {"workload.checkpoint.bytes_per_param": 0}
+    assert mean(run(policy, **empty)) == pytest.approx(mean(run("none", **empty)), rel=0.01)
+
+
+def test_faster_nics_shrink_the_gemini_capricorn_gap():
+    fast = {"network.topology.nic_bandwidth": "1000 Gb/s"}
+    gap = mean(run("gemini")) / mean(run("capricorn")) - 1
+    fast_gap = mean(run("gemini", **fast)) / mean(run("capricorn", **fast)) - 1
+    assert gap > 0.05
+    assert fast_gap < 0.5 * gap
+    assert mean(run("gemini", **fast)) - mean(run("capricorn", **fast)) < mean(run("gemini")) - mean(run("capricorn"))
+
+
+def test_speculative_profiling_is_cheaper_at_similar_iteration_time():
+    speculative = run("capricorn")
+    every = run("capricorn", **{"workload.checkpoint.options": {"speculative": False}})
+    assert speculative["workload"]["profile_s"] < 0.8 * every["workload"]["profile_s"]
+    assert mean(speculative) == pytest.approx(mean(every), rel=0.03)
+
+
+@pytest.mark.parametrize("policy", ["gemini", "capricorn", "torchsnapshot", "checkfreq"])
+def test_buffers_host_memory_and_bytes_are_accounted(policy):
+    summary = run(policy, **{"workload.checkpoint.buffer": "64 MiB"})
+    assert summary["status"] == "ok"
+    work = summary["workload"]
+    ckpt = work["checkpoint"]
+    assert 0 < ckpt["buffer_peak_bytes"] <= ckpt["buffer_bytes"]
+    assert ckpt["host_peak_bytes"] <= ckpt["host_memory_bytes"]
+    gpus, state = 8, ckpt["state_bytes_per_gpu"]
+    versions = ckpt["versions"]
+    assert len(versions) == work["iterations_done"] - 1  # every iteration but the first saves one
+    copies = sum(v["copies"] for v in versions)
+    if policy in ("gemini", "capricorn"):
+        assert all(v["copies"] == 2 for v in versions)
+        assert ckpt["pcie_bytes"] + ckpt["peer_bytes"] == pytest.approx(copies * gpus * state, rel=1e-9)
+        assert ckpt["peer_bytes"] == pytest.approx(len(versions) * gpus * state, rel=1e-9)
+    else:
+        assert ckpt["pcie_bytes"] == pytest.approx(len(versions) * gpus * state, rel=1e-9)
+        assert ckpt["storage_bytes"] == pytest.approx(len(versions) * gpus * state, rel=1e-9)
+
+
+def test_host_memory_too_small_is_a_simulated_oom():
+    small = copy.deepcopy(QUAD_NODE)
+    small["host_memory"] = "4 GiB"
+    summary = run("gemini", **{"hardware.nodes": {"quad-a100": small}})
+    assert summary["status"] == "oom"
+    assert ".host" in summary["error"]["device"]
+
+
+def test_a_stall_appears_in_the_trace():
+    data = scenario(**{"workload.checkpoint.policy": "torchsnapshot", "workload.iterations": 4})
+    result = simulate(scenario_from_dict(data, "<test>"))
+    stalls = [s for t in result.sim.trace.tracks for s in t.spans if s.category == "stall"]
+    assert stalls and all(s.duration > 0 for s in stalls)
+    chunks = [s for t in result.sim.trace.tracks for s in t.spans if s.category == "checkpoint"]
+    assert chunks
+
+
+def test_runs_are_deterministic():
+    data = scenario(**{"workload.iterations": 5})
+    a = simulate(scenario_from_dict(data, "<a>")).summary
+    b = simulate(scenario_from_dict(data, "<b>")).summary
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    ("workload.checkpoint.policy", "magic", "workload.checkpoint.policy"),
+    ("workload.checkpoint.options", {"treshold": 0.1}, "workload.checkpoint.options.treshold"),
+    ("workload.node", "dgx-a100", "workload.node"),
+    ("workload.model.experts", 6, "workload.model.experts"),
+    ("workload.checkpoint.storage", "tape", "workload.checkpoint.storage"),
+])
+def test_bad_references_name_their_field(path, value, where):
+    with pytest.raises(ScenarioError) as error:
+        scenario_from_dict(scenario(**{path: value}), "tiny.yaml")
+    assert error.value.path == where
