@@ -19,8 +19,11 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,dask]'
 	touch $@ $(STAMP)
 
+# One MoE training run (Capricorn checkpointing every iteration) with all its outputs, then the
+# checkpoint-policy comparison on the same small cluster.
 demo: $(STAMP)
-	$(BIN)/simhpc run scenarios/demo.yaml -o runs/demo
+	$(BIN)/simhpc run scenarios/moe_demo.yaml -o runs/demo
+	$(BIN)/python validation/reproduce/capricorn.py --scenario scenarios/moe_demo.yaml
 
 test: $(DEV_STAMP)
 	$(BIN)/ruff check .

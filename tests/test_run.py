@@ -22,7 +22,7 @@ def run_cli(scenario: Path, outdir: Path, *args: str):
 
 
 def test_demo_writes_all_outputs_and_is_deterministic(tmp_path, scenarios_dir):
-    demo = scenarios_dir / "demo.yaml"
+    demo = scenarios_dir / "allreduce_two_nodes.yaml"
     run_cli(demo, tmp_path / "a")
     run_cli(demo, tmp_path / "b")
     for name in ("summary.json", "trace.json", "metrics.csv", "timeline.png"):
@@ -36,7 +36,7 @@ def test_demo_writes_all_outputs_and_is_deterministic(tmp_path, scenarios_dir):
 
 @pytest.mark.parametrize("collective", ["all_reduce", "send_recv"])
 def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, collective):
-    run_cli(scenarios_dir / "demo.yaml", tmp_path, "--set", f"workload.collective={collective}")
+    run_cli(scenarios_dir / "allreduce_two_nodes.yaml", tmp_path, "--set", f"workload.collective={collective}")
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     named_processes = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     named_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
