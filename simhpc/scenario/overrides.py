@@ -34,8 +34,9 @@ def parse_override(text: str) -> tuple[str, Any]:
 def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """Return a copy of ``data`` with ``path`` set to ``value``.
 
-    Every parent on the path must exist (a mapping key or a list index); the last key may be new
-    only inside an existing mapping, where the schema then decides whether it is allowed.
+    Missing mapping keys on the way are created (a section the file leaves to its defaults, such
+    as ``outputs``); the schema then decides whether the path exists, so a typo is reported as an
+    unknown field at its path. List items must exist.
     """
     result = copy.deepcopy(data)
     parts = path.split(".")
@@ -46,10 +47,10 @@ def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any
         if isinstance(node, dict):
             if last:
                 node[part] = value
-            elif part not in node or not isinstance(node[part], (dict, list)):
-                missing = part not in node
-                raise OverrideError(here, "no such field to override" if missing else
-                                    "cannot set a field below a value that is not a mapping")
+            elif part not in node:
+                node = node.setdefault(part, {})  # a section left to its defaults
+            elif not isinstance(node[part], (dict, list)):
+                raise OverrideError(here, "cannot set a field below a value that is not a mapping")
             else:
                 node = node[part]
         elif isinstance(node, list):
