@@ -42,7 +42,7 @@ def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulatio
     """Create the simulation, network and workload of ``scenario`` (nothing runs yet)."""
     sim = Simulation(scenario.seed)
     catalog = scenario_catalog(scenario, source)
-    network = None
+    network, node = None, None
     if scenario.network is not None:
         from simhpc.network import Network
 
@@ -51,7 +51,8 @@ def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulatio
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
         network = Network(sim, topology, mode=scenario.network.mode)
-    context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network)
+        node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
+    context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]
     try:
         workload = lookup("workload", config.kind)(config, context)

@@ -31,7 +31,6 @@ BASE = {
     "outputs": {"trace": False, "timeline": False},
     "workload": {
         "kind": "moe_training",
-        "node": "quad-a100",
         "model": {"layers": 2, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "experts": 8, "top_k": 2,
                   "sequence_length": 2048},
         "global_batch": 96,

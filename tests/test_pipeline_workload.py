@@ -28,7 +28,7 @@ def run(model_file: str, schedule: str, overrides: tuple[str, ...] = (), latency
     data["network"]["mode"] = "analytic"
     data["outputs"] = {"trace": False, "timeline": False}
     if latency is not None:
-        node = data["workload"]["node"]
+        node = data["network"]["topology"]["node"]
         raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])
         raw["gpu_link"]["latency"] = latency
         data["hardware"] = {"nodes": {node: raw}}

@@ -87,7 +87,8 @@ def test_set_and_separate_spec_file(tmp_path):
 
 BAD_SPECS = [
     ("unknown-path", {"grid": {"workload.sizee": ["1 MiB"]}}, [], "sweep.grid.workload.sizee: unknown field"),
-    ("unknown-parent", {"grid": {"workload.foo.bar": [1]}}, [], "sweep.grid.workload.foo.bar: unknown field at workload.foo"),
+    ("unknown-parent", {"grid": {"workload.foo.bar": [1]}}, [],
+     "sweep.grid.workload.foo.bar: unknown field at workload.foo"),
     ("empty-list", {"grid": {"workload.size": []}}, [], "sweep.grid.workload.size: empty list of values"),
     ("not-a-list", {"grid": {"workload.size": "1 MiB"}}, [], "sweep.grid.workload.size: expected a list"),
     ("zip-lengths", {"zip": {"workload.size": ["1 MiB", "2 MiB"], "workload.iterations": [1]}}, [],

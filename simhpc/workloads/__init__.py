@@ -1,5 +1,5 @@
 """Workloads: what runs on the simulated machine."""
 
-from simhpc.workloads.base import InvalidReference, RunContext, Workload
+from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 
-__all__ = ["InvalidReference", "RunContext", "Workload"]
+__all__ = ["InvalidReference", "RunContext", "Workload", "gpu_cluster_node"]

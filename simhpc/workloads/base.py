@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from simhpc.costs import CostModel
 from simhpc.engine import Simulation
 from simhpc.hardware.catalog import Catalog
+from simhpc.hardware.specs import NodeSpec
 from simhpc.scenario.types import Strict
 
 
@@ -32,6 +33,22 @@ class RunContext:
     cost_model: CostModel
     network: Any = None
     """A :class:`simhpc.network.Network`, or None when the scenario has no network section."""
+    node: NodeSpec | None = None
+    """The catalog node a ``gpu_cluster`` topology is built from (None for other topologies)."""
+
+
+def gpu_cluster_node(kind: str, catalog: Catalog, topology: Any) -> NodeSpec:
+    """The GPU node of a ``gpu_cluster`` topology config, for workloads that need one.
+
+    Raises:
+        InvalidReference: the topology is not a GPU cluster, or its node has no GPUs.
+    """
+    if getattr(topology, "kind", None) != "gpu_cluster":
+        raise InvalidReference("kind", f"{kind} needs a gpu_cluster network topology")
+    node = catalog.nodes.get(topology.node)
+    if node is None or node.gpu is None or not node.gpus:
+        raise InvalidReference("kind", f"node {topology.node!r} of the topology has no GPUs")
+    return node
 
 
 class Workload(ABC):

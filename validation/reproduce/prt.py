@@ -56,7 +56,7 @@ def run(model: str, schedule: str, *overrides: str, latency: str | None = None) 
     data["workload"]["iterations"] = 1
     data["outputs"] = {"trace": False, "timeline": False}
     if latency is not None:  # the catalog node with another GPU-GPU hop latency
-        node = data["workload"]["node"]
+        node = data["network"]["topology"]["node"]
         from simhpc.hardware.catalog import builtin_catalog
 
         raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])

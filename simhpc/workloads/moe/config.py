@@ -113,9 +113,6 @@ class MoETrainingConfig(Strict):
     """``kind: moe_training`` — data- and expert-parallel MoE training with checkpointing."""
 
     kind: Literal["moe_training"]
-    node: str
-    """The catalog node type of the cluster; must be ``network.topology.node`` (the workload
-    reads the GPU, host memory and storage specs from it)."""
     model: MoEModelConfig
     global_batch: PositiveInt
     """Sequences per iteration, over all data-parallel ranks."""

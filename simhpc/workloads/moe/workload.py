@@ -19,7 +19,7 @@ from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import NodeSpec, StorageSpec
 from simhpc.registry import UnknownNameError, lookup, register
-from simhpc.workloads.base import InvalidReference, RunContext, Workload
+from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.moe.checkpointer import CheckpointStore
 from simhpc.workloads.moe.comm import TrainingComm
 from simhpc.workloads.moe.config import MoETrainingConfig
@@ -67,13 +67,7 @@ class MoETrainingWorkload(Workload):
 
     @classmethod
     def check(cls, config: MoETrainingConfig, catalog: Catalog, topology: Any) -> None:
-        if getattr(topology, "kind", None) != "gpu_cluster":
-            raise InvalidReference("kind", "moe_training needs a gpu_cluster network topology")
-        if config.node != topology.node:
-            raise InvalidReference("node", f"{config.node!r} is not the topology's node {topology.node!r}")
-        node = catalog.nodes.get(topology.node)
-        if node is None or not node.gpus or node.gpu is None:
-            raise InvalidReference("node", f"node {topology.node!r} has no GPUs")
+        node = gpu_cluster_node("moe_training", catalog, topology)
         cls._check_layout(config, topology.nodes, node.gpus)
         policy, _ = _policy_options(config)
         storage = _storage_spec(config, catalog, node)
@@ -108,8 +102,8 @@ class MoETrainingWorkload(Workload):
         network = context.network
         topology = network.topology
         nodes, gpus = self._cluster_shape(topology)
-        spec = context.catalog.nodes[config.node]
-        assert spec.gpu is not None
+        spec = context.node
+        assert spec is not None and spec.gpu is not None
         self.node_spec = spec
         ep = self._check_layout(config, nodes, gpus)
         self.layout = Layout(nodes, gpus, ep)

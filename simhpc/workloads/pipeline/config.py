@@ -22,8 +22,6 @@ class PipelineTrainingConfig(Strict):
     """
 
     kind: Literal["pipeline_training"]
-    node: str
-    """The topology's catalog node (its GPU type sets the kernel costs and memory)."""
     model: ModelName
     micro_batch_size: PositiveInt = 8
     """Samples per micro-batch."""

@@ -22,7 +22,7 @@ from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition
 from simhpc.registry import lookup, register
-from simhpc.workloads.base import InvalidReference, RunContext, Workload
+from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
 from simhpc.workloads.pipeline.stages import StageCosts, stage_costs
@@ -71,20 +71,13 @@ class PipelineTrainingWorkload(Workload):
 
     @classmethod
     def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
-        if getattr(topology, "kind", None) != "gpu_cluster":
-            raise InvalidReference("kind", "pipeline_training needs a gpu_cluster network topology")
-        if config.node != topology.node:
-            raise InvalidReference("node", f"{config.node!r} is not the topology's node {topology.node!r}")
-        node = catalog.nodes.get(config.node)
-        if node is None or node.gpu is None or not node.gpus:
-            raise InvalidReference("node", f"node {config.node!r} has no GPUs")
+        node = gpu_cluster_node("pipeline_training", catalog, topology)
         _check_shapes(config, node.gpus)
 
     def __init__(self, config: PipelineTrainingConfig, context: RunContext) -> None:
         super().__init__(config, context)
-        node = context.catalog.nodes[config.node]
-        if node.gpu is None:
-            raise InvalidReference("node", f"node {config.node!r} has no GPUs")
+        node = context.node
+        assert node is not None and node.gpu is not None  # checked by check()
         self.gpu: GpuSpec = node.gpu
         network = context.network
         gpus = [name for name in network.topology.endpoints if name.startswith("n0.gpu")]
