@@ -4,6 +4,15 @@ from simhpc.costs.kernels import Copy, Elementwise, Gemm, HashProbe, Kernel, Red
 from simhpc.costs.model import ConstantEfficiency, CostModel, EfficiencyModel
 
 __all__ = [
-    "Copy", "Elementwise", "Gemm", "HashProbe", "Kernel", "Reduction", "Stencil", "dtype_bytes",
-    "ConstantEfficiency", "CostModel", "EfficiencyModel",
+    "ConstantEfficiency",
+    "Copy",
+    "CostModel",
+    "EfficiencyModel",
+    "Elementwise",
+    "Gemm",
+    "HashProbe",
+    "Kernel",
+    "Reduction",
+    "Stencil",
+    "dtype_bytes",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from simhpc.hardware.host import HostFactsError, host_catalog_entries
 from simhpc.hardware.specs import (
     CacheLevel,
     CpuSpec,
@@ -209,6 +210,14 @@ class Catalog:
 
 @cache
 def builtin_catalog() -> Catalog:
-    """The catalog shipped with simhpc."""
+    """The catalog shipped with simhpc, plus the committed host calibration as CPU ``host`` and
+    node ``host-node`` (when ``validation/calibration/host.json`` is present: see :mod:`.host`)."""
     with CATALOG_PATH.open(encoding="utf-8") as handle:
-        return Catalog(yaml.safe_load(handle), "catalog")
+        data = yaml.safe_load(handle)
+    try:
+        host = host_catalog_entries()
+    except HostFactsError as error:
+        raise CatalogError("catalog.host", str(error)) from None
+    for section, entries in (host or {}).items():
+        data.setdefault(section, {}).update(entries)
+    return Catalog(data, "catalog")

@@ -1,0 +1,119 @@
+"""``simhpc calibrate [-o FILE] [--quick]``: run the real-kernel microbenchmarks on this host."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from simhpc.cli.main import user_errors
+from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
+from simhpc.costs.calibration_file import build_calibration, write_calibration
+from simhpc.hardware.host import detect_host
+from simhpc.units import format_bandwidth, format_rate, format_time
+
+BUSY_RUNNABLE = 0.25
+"""Warn when more than this many other tasks per CPU are runnable as calibration starts."""
+
+
+def _other_runnable() -> int:
+    """Runnable tasks other than this one, now (``procs_running`` of /proc/stat; 0 if unknown)."""
+    try:
+        for line in Path("/proc/stat").read_text(encoding="utf-8").splitlines():
+            if line.startswith("procs_running"):
+                return max(0, int(line.split()[1]) - 1)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+@click.command("calibrate")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("calibration.json"),
+    show_default=True,
+    help="Calibration file to write.",
+)
+@click.option("--quick", is_flag=True, help="A few points per kernel (seconds): a smoke test, not a calibration.")
+@user_errors
+def command(output: Path, quick: bool) -> None:
+    """Time real kernels on this machine and write a calibration file.
+
+    GEMM through numpy's BLAS (fp32/fp64, 1 and all threads), elementwise maps, reductions,
+    STREAM copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table
+    probes (C, built with gcc). Pass the file to 'simhpc compare --calibration FILE'; the
+    committed validation/calibration/host.json is the catalog's 'host' CPU.
+    """
+    err = Console(stderr=True)
+    if output.parent and not output.parent.exists():
+        raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
+    suite = load_suite()
+    host = detect_host()
+    busy = _other_runnable()
+    if busy > BUSY_RUNNABLE * host.logical_cpus:
+        err.print(
+            f"warning: this machine is busy ({busy} other runnable tasks on {host.logical_cpus} CPUs): "
+            "measurements will be slower and noisier than the hardware can do"
+        )
+    start = time.perf_counter()
+    try:
+        tasks = suite.plan(host.cores, host.last_level_cache, quick=quick)
+        with Progress(
+            TextColumn("[bold]calibrate[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err,
+            transient=True,
+            disable=not sys.stderr.isatty(),
+        ) as progress:
+            bar = progress.add_task("building kernels", total=len(tasks))
+            native = sys.modules[f"{suite.__name__}.native"]
+            native.library()
+
+            done = 0
+
+            def advance(label: str) -> None:
+                nonlocal done
+                progress.update(bar, description=label, completed=done)
+                done += 1
+
+            results = suite.run(tasks, advance)
+    except RuntimeError as error:  # BuildError, missing threadpoolctl, a kernel that failed
+        raise MicrobenchError(f"calibration failed: {error}") from None
+    wall = time.perf_counter() - start
+    microbench = {
+        "suite_version": suite.SUITE_VERSION,
+        "source_hash": native.source_hash(),
+        "profile": "quick" if quick else "full",
+        "wall_time_s": round(wall, 1),
+        "other_runnable": [busy, _other_runnable()],
+        "folder": suite_dir().name,
+    }
+    created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = build_calibration(host, results["kernels"], results["probes"], microbench, created)
+    try:
+        write_calibration(data, output)
+    except OSError as error:
+        raise MicrobenchError(f"{output}: cannot write ({error.strerror or error})") from None
+    derived = data["derived"]
+    points = sum(len(rows) for rows in data["kernels"].values())
+    click.echo(
+        f"{host.cpu_model}: {host.cores} cores, {host.simd_isa} ({derived['vector_bits']}-bit, "
+        f"{derived['fma_units']} FMA units), clock {derived['clock_hz'] / 1e9:.2f} GHz; "
+        f"peak fp64 {format_rate(derived['peak_flops_per_core']['fp64'] * host.cores)}, "
+        f"fp32 {format_rate(derived['peak_flops_per_core']['fp32'] * host.cores)}"
+    )
+    click.echo(
+        f"DRAM {format_bandwidth(derived['memory_bandwidth'])} (1 core "
+        f"{format_bandwidth(derived['core_bandwidth'])}), latency {format_time(derived['memory_latency'])}"
+    )
+    click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s")

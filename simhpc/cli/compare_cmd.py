@@ -1,0 +1,222 @@
+"""``simhpc compare MEASURED [--calibration FILE] [--json] [-o OUTDIR]`` and ``--against B``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from simhpc.cli.main import user_errors
+from simhpc.costs.benchsuite import MicrobenchError, load_suite
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import host_specs, host_warnings, load_calibration
+from simhpc.costs.model import CostModel
+from simhpc.errors import SimhpcError
+from simhpc.hardware.host import detect_host
+from simhpc.trace.compare import (
+    FRAMEWORK_KINDS,
+    Comparison,
+    compare_trace,
+    compare_traces,
+    plot_comparison,
+    write_ops_csv,
+)
+from simhpc.trace.readers import Trace, read_trace
+from simhpc.units import format_time
+
+
+class CompareError(SimhpcError):
+    """A trace cannot be compared (no modellable ops, bad options)."""
+
+
+def _fmt(seconds: float | None) -> str:
+    return "-" if seconds is None else format_time(seconds)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} %"
+
+
+def _threads(trace: Trace, option: int | None, default: int) -> int:
+    if option is not None:
+        if option < 1:
+            raise CompareError(f"--threads must be >= 1, got {option}")
+        return option
+    recorded = trace.metadata.get("num_threads")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+        return recorded
+    return default
+
+
+def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -> None:
+    console = Console()
+    console.print(
+        f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
+        f"{comparison.threads} threads, {summary['ops_modelled']} of {summary['ops_total']} ops modelled"
+    )
+    console.print(
+        f"step time: measured {format_time(comparison.measured_step_s)}, predicted "
+        f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
+    )
+    kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
+    for column in ("kind", "ops", "measured", "predicted", "error", "MAPE"):
+        kinds.add_column(column, justify="left" if column == "kind" else "right")
+    for kind, row in comparison.kinds.items():
+        kinds.add_row(
+            kind,
+            str(int(row["ops"])),
+            _fmt(row["measured_s"]),
+            _fmt(row["predicted_s"]),
+            _pct(row.get("total_error_pct")),
+            "-" if "mape_pct" not in row else f"{row['mape_pct']:.1f} %",
+        )
+    console.print(kinds)
+    bad = Table(title=f"worst {worst} ops (absolute error)", title_justify="left")
+    for column in ("op", "shapes", "measured", "predicted", "error"):
+        bad.add_column(column, justify="left" if column in ("op", "shapes") else "right")
+    for row in summary["worst_ops"]:
+        bad.add_row(
+            row["name"],
+            row["shapes"][:48],
+            _fmt(row["measured_s"]),
+            _fmt(row["predicted_s"]),
+            _pct(row["error_pct"]),
+        )
+    console.print(bad)
+    if comparison.unmodelled:
+        missing = Table(title=f"not modelled: {summary['ops_unmodelled']} ops", title_justify="left")
+        for column in ("op", "count", "measured", "why"):
+            missing.add_column(column, justify="right" if column in ("count", "measured") else "left")
+        for name, row in comparison.unmodelled.items():
+            missing.add_row(name, str(row["count"]), _fmt(row["measured_s"]), row["reason"])
+        console.print(missing)
+    else:
+        console.print("every op was modelled")
+
+
+def _print_against(result: dict[str, Any], limit: int) -> None:
+    console = Console()
+    console.print(f"A = {result['a']}\nB = {result['b']}")
+    console.print(
+        f"span: A {format_time(result['a_span_s'])}, B {format_time(result['b_span_s'])} "
+        f"({_pct(result['span_diff_pct'])})"
+    )
+    if result["steps"]:
+        steps = result["steps"]
+        console.print(
+            f"step: A {format_time(steps['a_step_s'])}, B {format_time(steps['b_step_s'])} ({_pct(steps['diff_pct'])})"
+        )
+    tracks = Table(title="busy time per track", title_justify="left")
+    for column in ("track", "A", "B", "A vs B"):
+        tracks.add_column(column, justify="left" if column == "track" else "right")
+    for row in result["tracks"]:
+        tracks.add_row(row["track"], _fmt(row["a_busy_s"]), _fmt(row["b_busy_s"]), _pct(row["diff_pct"]))
+    console.print(tracks)
+    names = Table(title=f"span names ({result['matched_names']} in both; largest differences)", title_justify="left")
+    for column in ("name", "A count", "B count", "A total", "B total", "A vs B"):
+        names.add_column(column, justify="left" if column == "name" else "right")
+    for row in result["names"][:limit]:
+        names.add_row(
+            row["name"],
+            str(row["a_count"]),
+            str(row["b_count"]),
+            _fmt(row["a_total_s"]),
+            _fmt(row["b_total_s"]),
+            _pct(row["diff_pct"]),
+        )
+    console.print(names)
+
+
+@click.command("compare")
+@click.argument("measured", type=click.Path(path_type=Path))
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Calibration file (default: the committed validation/calibration/host.json).",
+)
+@click.option(
+    "--against",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Align MEASURED with this trace instead of predicting it (per track and span name).",
+)
+@click.option(
+    "--threads",
+    type=int,
+    default=None,
+    help="Threads the trace ran on (default: its num_threads metadata, else all host cores).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON object only.")
+@click.option(
+    "-o",
+    "--outdir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder for comparison.json, ops.csv and predicted_vs_measured.png (default: runs/compare-<trace name>).",
+)
+@click.option("--worst", type=int, default=10, show_default=True, help="How many worst ops to list.")
+@user_errors
+def command(
+    measured: Path,
+    calibration: Path | None,
+    against: Path | None,
+    threads: int | None,
+    as_json: bool,
+    outdir: Path | None,
+    worst: int,
+) -> None:
+    """Predict every op of a measured trace (torch.profiler / Chrome JSON) with the calibrated cost model.
+
+    Reports measured vs predicted step time, MAPE per op kind, the worst ops, the ops it could not
+    model, and a figure of predicted vs measured time per op. With --against B, aligns two traces.
+    """
+    trace = read_trace(measured)
+    stem = measured.name.removesuffix(".gz").removesuffix(".json")
+    if against is not None:
+        result = compare_traces(trace, read_trace(against))
+        if outdir is not None:
+            try:
+                outdir.mkdir(parents=True, exist_ok=True)
+                (outdir / "comparison.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+            except OSError as error:
+                raise CompareError(f"{outdir}: cannot write ({error.strerror or error})") from None
+        if as_json:
+            click.echo(json.dumps(result, indent=1))
+        else:
+            _print_against(result, max(1, worst))
+        return
+    if not any(op.kind in FRAMEWORK_KINDS for op in trace.ops):
+        raise CompareError(
+            f"{measured}: no framework ops found (a torch.profiler export with record_shapes=True "
+            f"is expected); to align two timelines use --against"
+        )
+    cal = load_calibration(calibration)
+    try:
+        suite_version = load_suite().SUITE_VERSION
+    except MicrobenchError:
+        suite_version = None
+    for warning in host_warnings(cal, detect_host(), suite_version):
+        click.echo(f"warning: {warning}", err=True)
+    cpu, _ = host_specs(cal)
+    used = _threads(trace, threads, cal.host.cores)
+    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal)), cpu, used)
+    summary = comparison.summary(max(1, worst))
+    summary["calibration"] = cal.source
+    folder = outdir or Path("runs") / f"compare-{stem}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "comparison.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        write_ops_csv(comparison, folder / "ops.csv")
+        plot_comparison(comparison, folder / "predicted_vs_measured.png")
+    except OSError as error:
+        raise CompareError(f"{folder}: cannot write the report ({error.strerror or error})") from None
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    _print_report(comparison, summary, max(1, worst))
+    click.echo(f"wrote {folder / 'comparison.json'}, {folder / 'ops.csv'}, {folder / 'predicted_vs_measured.png'}")

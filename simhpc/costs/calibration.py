@@ -1,0 +1,303 @@
+"""The calibrated efficiency model: kernel efficiencies interpolated from measured points.
+
+:class:`CalibratedEfficiency` implements :class:`~simhpc.costs.model.EfficiencyModel` from a
+:class:`~simhpc.costs.calibration_file.Calibration`:
+
+- **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs): the measured
+  fraction of the host's peak FLOP/s, per dtype and thread count, interpolated over
+  (log2 m, log2 n, log2 k, log2 batch) with a thin-plate-spline ``RBFInterpolator`` (smoothing
+  0.3; or ``gemm_method="linear"``: ``LinearNDInterpolator``, nearest measured point outside the
+  hull), clamped to the measured range. Dtypes without points use the fp32 curve as a fraction of
+  their own peak.
+- **Memory-bound kernels** (elementwise, reduction, copy, stencil, hash probe): the measured time
+  interpolated over the working set (log-log PCHIP, clamped to the measured range), expressed as a
+  fraction of the bandwidth the roofline gives the same number of cores. A streaming kernel smaller
+  than the smallest measured array takes as long as that array did (a floor, not a rate).
+- **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
+  threads than measured reuse the largest measured count's fractions.
+
+The non-binding side of the roofline gets an efficiency that keeps it non-binding, so that on the
+calibrated host ``CostModel(CalibratedEfficiency(cal)).duration(kernel, host_cpu, cores)`` equals
+the interpolated measured time (exactly at measured points with ``gemm_method="linear"``).
+Efficiencies are fractions of the *DRAM* roofline, so kernels whose working set fits in cache get
+memory efficiencies above 1.
+
+**Other devices**: a CPU of the catalog gets the host's fractions (a transfer assumption: a
+kernel reaches the same fraction of peak and of bandwidth on a similar CPU); GPUs fall back to
+:class:`~simhpc.costs.model.ConstantEfficiency` (or the ``fallback`` given), since a CPU
+calibration says nothing about GPU kernels.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, PchipInterpolator, RBFInterpolator
+
+from simhpc.costs.calibration_file import Calibration
+from simhpc.costs.kernels import Copy, Elementwise, Gemm, HashProbe, Kernel, Reduction, Stencil, dtype_bytes
+from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
+from simhpc.hardware.specs import CpuSpec
+
+TRANSCENDENTAL = {
+    "tanh": ("tanh", "tanh_backward"),
+    "exp": (
+        "exp",
+        "exp2",
+        "expm1",
+        "sigmoid",
+        "sigmoid_backward",
+        "silu",
+        "silu_backward",
+        "softplus",
+        "log",
+        "log1p",
+        "log2",
+        "pow",
+        "elu",
+        "mish",
+        "logit",
+    ),
+    "gelu": ("gelu", "gelu_backward", "erf", "erfc", "erfinv"),
+}
+"""Calibrated elementwise curves and the ops that use them; every other op uses ``add`` (memory-bound)."""
+
+_OP_CURVE = {op: curve for curve, ops in TRANSCENDENTAL.items() for op in ops}
+MAX_OPS = ("max", "min", "amax", "amin", "argmax", "argmin", "maximum", "minimum")
+GEMM_METHOD = "rbf"
+GEMM_SMOOTHING = 0.3
+"""Default GEMM interpolation: chosen by leave-one-out error on the committed calibration
+(``validation/calibration/loo.py``)."""
+STREAMING = ("elementwise", "reduction", "bandwidth")
+STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
+
+Curve = Callable[[float], float]
+
+
+def _curve_1d(xs: Iterable[float], ys: Iterable[float]) -> Curve:
+    """log-log PCHIP through (x, y), clamped to the measured x range; medians of repeated x."""
+    grouped: dict[float, list[float]] = defaultdict(list)
+    for x, y in zip(xs, ys, strict=True):
+        grouped[float(x)].append(float(y))
+    points = sorted((x, float(np.median(v))) for x, v in grouped.items())
+    lx = np.log([p[0] for p in points])
+    ly = np.log([p[1] for p in points])
+    if len(points) == 1:
+        return lambda x: float(np.exp(ly[0]))
+    spline = PchipInterpolator(lx, ly, extrapolate=False)
+    low, high = lx[0], lx[-1]
+    return lambda x: float(np.exp(spline(min(max(math.log(x), low), high))))
+
+
+class _GemmSurface:
+    """Fraction of peak over (log2 m, log2 n, log2 k, log2 batch) for one dtype and thread count.
+
+    ``method`` ``"linear"``: piecewise-linear on the Delaunay triangulation of the measured points
+    (exact at them), nearest measured point outside their hull. ``"rbf"``: a thin-plate-spline
+    radial basis function with ``smoothing`` (it averages noisy neighbours and extrapolates
+    smoothly). Either way the result is clamped to the measured fractions' range.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], peak: float, method: str, smoothing: float) -> None:
+        points = np.array([self.features(r["m"], r["n"], r["k"], r["batch"]) for r in rows])
+        flops = np.array([2.0 * r["batch"] * r["m"] * r["n"] * r["k"] for r in rows])
+        values = np.log(flops / (np.array([r["time_s"] for r in rows]) * peak))
+        self.low, self.high = float(values.min()), float(values.max())
+        # Dimensions that never vary (no batched points) would make the problem degenerate.
+        self.varying = [i for i in range(points.shape[1]) if np.ptp(points[:, i]) > 0]
+        used = points[:, self.varying]
+        enough = len(rows) > len(self.varying) + 2
+        self.nearest = NearestNDInterpolator(used, values)
+        self.linear = LinearNDInterpolator(used, values) if enough and method == "linear" else None
+        self.rbf = (
+            RBFInterpolator(used, values, kernel="thin_plate_spline", smoothing=smoothing, degree=1)
+            if enough and method == "rbf"
+            else None
+        )
+        self._cache: dict[tuple[int, int, int, int], float] = {}
+
+    @staticmethod
+    def features(m: int, n: int, k: int, batch: int) -> tuple[float, float, float, float]:
+        return (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)), math.log2(max(batch, 1)))
+
+    def fraction(self, m: int, n: int, k: int, batch: int) -> float:
+        key = (m, n, k, batch)
+        if key not in self._cache:
+            point = np.array([self.features(m, n, k, batch)])[:, self.varying]
+            value = math.nan
+            if self.rbf is not None:
+                value = float(self.rbf(point)[0])
+            elif self.linear is not None:
+                value = float(self.linear(point)[0])
+            if math.isnan(value):
+                value = float(self.nearest(point)[0])
+            self._cache[key] = math.exp(min(max(value, self.low), self.high))
+        return self._cache[key]
+
+
+class CalibratedEfficiency:
+    """Efficiencies interpolated from a calibration (see the module docstring).
+
+    Args:
+        calibration: a validated calibration (:func:`~simhpc.costs.calibration_file.load_calibration`).
+        fallback: the model for devices and kernels the calibration does not cover
+            (default :class:`ConstantEfficiency`).
+        gemm_method: ``"rbf"`` or ``"linear"`` GEMM interpolation (see :class:`_GemmSurface`).
+        smoothing: the RBF's smoothing (0: through every measured point).
+    """
+
+    def __init__(
+        self,
+        calibration: Calibration,
+        fallback: EfficiencyModel | None = None,
+        gemm_method: str = GEMM_METHOD,
+        smoothing: float = GEMM_SMOOTHING,
+    ) -> None:
+        if gemm_method not in ("rbf", "linear"):
+            raise ValueError(f"gemm_method must be 'rbf' or 'linear', got {gemm_method!r}")
+        self.calibration = calibration
+        self.fallback = fallback or ConstantEfficiency()
+        self.gemm_method = gemm_method
+        self.smoothing = smoothing
+        self._gemm: dict[tuple[str, int], _GemmSurface] = {}
+        self._curves: dict[tuple[str, ...], Curve] = {}
+        self._smallest: dict[tuple[str, ...], float] = {}
+        self._build()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        cal = self.calibration
+        groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        for row in cal.rows("gemm"):
+            groups[(row["dtype"], row["threads"])].append(row)
+        for (dtype, threads), rows in sorted(groups.items()):
+            self._gemm[(dtype, threads)] = _GemmSurface(
+                rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
+            )
+        # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
+        streams: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
+        for section in ("elementwise", "reduction"):
+            for row in cal.rows(section):
+                key = (section, row["op"], row["dtype"], str(row["threads"]))
+                streams[key].append((row["bytes"], row["time_s"] / row["bytes"]))
+        for row in cal.rows("bandwidth"):
+            streams[("bandwidth", row["op"], "fp64", str(row["threads"]))].append(
+                (row["bytes"], row["time_s"] / row["bytes"])
+            )
+        for row in cal.rows("stencil"):
+            streams[("stencil", "7", "fp64", str(row["threads"]))].append(
+                (row["working_set"], row["time_s"] / row["cells"])
+            )
+        for row in cal.rows("hash_probe"):
+            streams[("hash_probe", row["variant"], "int8", "1")].append(
+                (row["table_bytes"], row["time_s"] / row["lines_per_probe"])
+            )
+        for key, points in sorted(streams.items()):
+            self._curves[key] = _curve_1d([p[0] for p in points], [p[1] for p in points])
+            self._smallest[key] = min(p[0] for p in points)
+
+    # -- the calibrated host ------------------------------------------------------------------
+
+    def _thread_blend(self, counts: list[int], threads: int) -> list[tuple[int, float]]:
+        """Measured thread counts and weights that stand for ``threads``."""
+        if not counts:
+            return []
+        if threads <= counts[0]:
+            return [(counts[0], 1.0)]
+        if threads >= counts[-1]:
+            return [(counts[-1], 1.0)]
+        high = bisect.bisect_left(counts, threads)
+        low_t, high_t = counts[high - 1], counts[high]
+        if high_t == threads:
+            return [(threads, 1.0)]
+        weight = (threads - low_t) / (high_t - low_t)
+        return [(low_t, 1.0 - weight), (high_t, weight)]
+
+    def gemm_fraction(self, kernel: Gemm, threads: int) -> float | None:
+        """Measured fraction of the host's peak a GEMM reaches on ``threads`` cores (None: no points)."""
+        dtype = kernel.dtype if any(key[0] == kernel.dtype for key in self._gemm) else "fp32"
+        counts = sorted(t for d, t in self._gemm if d == dtype)
+        blend = self._thread_blend(counts, threads)
+        if not blend:
+            return None
+        return sum(w * self._gemm[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
+
+    def _stream_key(self, kernel: Kernel) -> tuple[str, str, str, float, float] | None:
+        """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve."""
+        if isinstance(kernel, Elementwise):
+            op = _OP_CURVE.get(kernel.op.removesuffix("_"), "add")
+            return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
+        if isinstance(kernel, Reduction):
+            op = "max" if kernel.op.removesuffix("_") in MAX_OPS else "sum"
+            return "reduction", op, kernel.dtype, kernel.bytes(), kernel.bytes()
+        if isinstance(kernel, Copy):
+            return "bandwidth", "copy", "fp64", kernel.bytes(), kernel.bytes()
+        if isinstance(kernel, Stencil):
+            working = 2 * kernel.cells * STORED_PER_CELL * dtype_bytes(kernel.dtype)
+            return "stencil", "7", "fp64", working, kernel.cells * (2 * kernel.points - 1) / 13
+        if isinstance(kernel, HashProbe):
+            return "hash_probe", "linear", "int8", kernel.table_bytes, kernel.probes * kernel.lines
+        return None
+
+    def stream_time(self, kernel: Kernel, threads: int) -> float | None:
+        """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered)."""
+        key = self._stream_key(kernel)
+        if key is None:
+            return None
+        section, op, dtype, working, amount = key
+        if amount <= 0:
+            return 0.0
+        available = [k for k in self._curves if k[0] == section and k[1] == op]
+        if not available:
+            available = [k for k in self._curves if k[0] == section]
+            if not available:
+                return None
+            op = sorted(available)[0][1]
+        dtypes = {k[2] for k in available if k[1] == op}
+        dtype = dtype if dtype in dtypes else ("fp32" if "fp32" in dtypes else sorted(dtypes)[0])
+        counts = sorted(int(k[3]) for k in self._curves if k[:3] == (section, op, dtype))
+        blend = self._thread_blend(counts, threads)
+        smallest = min(self._smallest[(section, op, dtype, str(t))] for t, _ in blend)
+        if section in STREAMING and working < smallest:
+            # Below the smallest measured array a call costs what that array cost: loop and
+            # thread start-up, not bytes, set the time.
+            amount *= smallest / max(working, 1.0)
+            working = smallest
+        rate = sum(w / self._curves[(section, op, dtype, str(t))](max(working, 1.0)) for t, w in blend)
+        return amount / rate
+
+    def host_time(self, kernel: Kernel, threads: int) -> float | None:
+        """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not covered)."""
+        if isinstance(kernel, Gemm):
+            fraction = self.gemm_fraction(kernel, threads)
+            if fraction is None:
+                return None
+            return kernel.flops() / (fraction * self.calibration.peak_flops(kernel.dtype, threads))
+        return self.stream_time(kernel, threads)
+
+    # -- EfficiencyModel ----------------------------------------------------------------------
+
+    def efficiency(self, kernel: Kernel, device: Device, cores: int | None) -> tuple[float, float]:
+        """(compute, memory) efficiency of ``kernel`` on ``device`` (see the module docstring)."""
+        if not isinstance(device, CpuSpec):
+            return self.fallback.efficiency(kernel, device, cores)
+        threads = device.cores if cores is None else cores
+        seconds = self.host_time(kernel, threads)
+        if seconds is None or seconds <= 0:
+            return self.fallback.efficiency(kernel, device, cores)
+        cal = self.calibration
+        flops, moved = kernel.flops(), kernel.bytes()
+        peak = cal.peak_flops(kernel.dtype if flops else "fp64", threads)
+        bandwidth = cal.model_bandwidth(threads)
+        compute_needed = flops / (peak * seconds) if flops else 0.0
+        memory_needed = moved / (bandwidth * seconds) if moved else 0.0
+        if isinstance(kernel, Gemm):
+            # Compute binds; memory gets whatever keeps it from binding.
+            return compute_needed, max(1.0, 1.001 * memory_needed)
+        return max(1.0, 1.001 * compute_needed), memory_needed

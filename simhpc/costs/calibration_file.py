@@ -1,0 +1,302 @@
+"""The calibration file: what ``simhpc calibrate`` writes and the calibrated cost model reads.
+
+A JSON object::
+
+    {"schema": "simhpc-calibration", "schema_version": 1, "simhpc_version": "...",
+     "created": "2026-01-01T00:00:00Z",
+     "microbench": {"suite_version": 1, "source_hash": "...", "profile": "full", "wall_time_s": 95.0,
+                    "load_average": [0.1, 0.2, 0.3]},
+     "host": {...HostFacts...}, "fingerprint": {"cpu_model", "cores", "isa_flags"},
+     "probes": {"clock": {...}, "fma": {...}},
+     "derived": {"clock_hz", "vector_bits", "fma_units", "peak_flops_per_core": {dtype: FLOP/s},
+                 "memory_bandwidth", "core_bandwidth", "memory_latency", "max_outstanding_misses",
+                 "cache_latency": {"L1D": s, ...}},
+     "kernels": {"gemm": [rows], "elementwise": [...], "reduction": [...], "bandwidth": [...],
+                 "latency": [...], "stencil": [...], "hash_probe": [...]}}
+
+Every row is one measured point: its shape and the median time (``time_s``, per call; per
+lookup for ``hash_probe``; ``latency_s`` per load for ``latency``) with its spread. All
+quantities are SI (bytes, seconds, bytes/s, FLOP/s, Hz).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simhpc import __version__
+from simhpc.errors import SimhpcError
+from simhpc.hardware.catalog import Catalog, CatalogError
+from simhpc.hardware.host import COMMITTED_CALIBRATION, HostFacts, HostFactsError, catalog_entries
+from simhpc.hardware.specs import DTYPE_BITS, CpuSpec, NodeSpec
+
+SCHEMA = "simhpc-calibration"
+SCHEMA_VERSION = 1
+
+REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "gemm": {"dtype": str, "threads": int, "batch": int, "m": int, "n": int, "k": int, "time_s": float},
+    "elementwise": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
+    "reduction": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
+    "bandwidth": {"op": str, "threads": int, "bytes": int, "time_s": float},
+    "latency": {"bytes": int, "latency_s": float},
+    "stencil": {"threads": int, "cells": int, "working_set": int, "time_s": float},
+    "hash_probe": {"variant": str, "table_bytes": int, "lines_per_probe": float, "time_s": float},
+}
+"""Fields every row of each kernel section must have (numbers > 0)."""
+
+DERIVED_NUMBERS = (
+    "clock_hz",
+    "vector_bits",
+    "fma_units",
+    "memory_bandwidth",
+    "core_bandwidth",
+    "memory_latency",
+    "max_outstanding_misses",
+)
+
+
+class CalibrationError(SimhpcError):
+    """A calibration file is missing, malformed, or of another schema version."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A validated calibration: the JSON object, where it came from, and its host facts."""
+
+    data: dict[str, Any]
+    source: str
+    host: HostFacts
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        return self.data["derived"]
+
+    def rows(self, section: str) -> list[dict[str, Any]]:
+        """Measured points of one kernel section ([] if it was not measured)."""
+        return self.data["kernels"].get(section, [])
+
+    def peak_flops(self, dtype: str, threads: int) -> float:
+        """The host's peak FLOP/s for ``dtype`` on ``threads`` cores (clock x lanes x FMA x 2)."""
+        derived = self.derived
+        lanes = max(1, int(derived["vector_bits"]) // DTYPE_BITS.get(dtype, 32))
+        return threads * derived["clock_hz"] * lanes * derived["fma_units"] * 2
+
+    def model_bandwidth(self, threads: int) -> float:
+        """The bandwidth the roofline model gives ``threads`` cores of the host (as CostModel does)."""
+        derived = self.derived
+        per_core = derived["max_outstanding_misses"] * 64 / derived["memory_latency"]
+        return min(derived["memory_bandwidth"], threads * per_core)
+
+    def thread_counts(self, section: str) -> list[int]:
+        """Thread counts measured in ``section``, ascending."""
+        return sorted({int(row.get("threads", 1)) for row in self.rows(section)})
+
+
+def _fail(source: str, path: str, message: str) -> CalibrationError:
+    return CalibrationError(f"{source}: {path}: {message}" if path else f"{source}: {message}")
+
+
+def _check_number(value: Any, source: str, path: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise _fail(source, path, f"expected a number > 0, got {value!r}")
+
+
+def validate(data: Any, source: str) -> Calibration:
+    """Check a parsed calibration object; raises :class:`CalibrationError` naming the field."""
+    if not isinstance(data, Mapping):
+        raise _fail(source, "", f"not a simhpc calibration (expected a JSON object, got {type(data).__name__})")
+    if data.get("schema") != SCHEMA:
+        raise _fail(source, "schema", f"not a simhpc calibration (expected {SCHEMA!r}, got {data.get('schema')!r})")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise _fail(
+            source,
+            "schema_version",
+            f"calibration schema version {version!r}, this simhpc reads version {SCHEMA_VERSION}; "
+            "re-run 'simhpc calibrate'",
+        )
+    try:
+        host = HostFacts.from_dict(data.get("host"), "host")
+    except HostFactsError as error:
+        raise _fail(source, "", str(error)) from None
+    derived = data.get("derived")
+    if not isinstance(derived, Mapping):
+        raise _fail(source, "derived", "expected an object")
+    for key in DERIVED_NUMBERS:
+        _check_number(derived.get(key), source, f"derived.{key}")
+    kernels = data.get("kernels")
+    if not isinstance(kernels, Mapping):
+        raise _fail(source, "kernels", "expected an object of kernel sections")
+    for section, rows in kernels.items():
+        if section not in REQUIRED:
+            raise _fail(source, f"kernels.{section}", f"unknown section (known: {', '.join(REQUIRED)})")
+        if not isinstance(rows, list):
+            raise _fail(source, f"kernels.{section}", "expected a list of measured points")
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise _fail(source, f"kernels.{section}.{i}", "expected an object")
+            for key, kind in REQUIRED[section].items():
+                if kind is str:
+                    if not isinstance(row.get(key), str):
+                        raise _fail(source, f"kernels.{section}.{i}.{key}", f"expected a string, got {row.get(key)!r}")
+                else:
+                    _check_number(row.get(key), source, f"kernels.{section}.{i}.{key}")
+    if not kernels.get("gemm"):
+        raise _fail(source, "kernels.gemm", "no GEMM points: the calibration is incomplete")
+    return Calibration(dict(data), source, host)
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """Read and validate a calibration file (default: the committed ``validation/calibration/host.json``)."""
+    source = Path(path) if path is not None else COMMITTED_CALIBRATION
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        hint = "" if path is not None else " (run 'simhpc calibrate -o FILE' and pass --calibration FILE)"
+        raise CalibrationError(f"{source}: no such calibration file{hint}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CalibrationError(f"{source}: cannot read calibration ({error})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CalibrationError(
+            f"{source}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
+            "truncated or not a calibration file?"
+        ) from None
+    return validate(data, str(source))
+
+
+def host_warnings(calibration: Calibration, facts: HostFacts, suite_version: int | None = None) -> list[str]:
+    """Why ``calibration`` may not describe ``facts``' machine (foreign host, stale suite); [] if none."""
+    warnings = []
+    theirs, ours = calibration.data.get("fingerprint") or calibration.host.fingerprint(), facts.fingerprint()
+    if theirs != ours:
+        differs = [key for key in ours if theirs.get(key) != ours[key]]
+        warnings.append(
+            f"{calibration.source} was measured on another machine ({theirs.get('cpu_model')!r}, "
+            f"{theirs.get('cores')} cores, {' '.join(theirs.get('isa_flags') or [])}) than this one "
+            f"({ours['cpu_model']!r}, {ours['cores']} cores, {' '.join(ours['isa_flags'])}); differs in "
+            f"{', '.join(differs)}. Predictions describe that machine; run 'simhpc calibrate' for this one"
+        )
+    measured = (calibration.data.get("microbench") or {}).get("suite_version")
+    if suite_version is not None and measured != suite_version:
+        warnings.append(
+            f"{calibration.source} is stale: measured with microbenchmark suite version {measured}, "
+            f"the current suite is version {suite_version}; re-run 'simhpc calibrate'"
+        )
+    return warnings
+
+
+def _median(values: list[float], default: float) -> float:
+    return statistics.median(values) if values else default
+
+
+def _chase_latency_at(rows: list[dict[str, Any]], size: float) -> float:
+    """The pointer-chase latency at ``size`` bytes (log-log interpolation, clamped)."""
+    points = sorted((row["bytes"], row["latency_s"]) for row in rows)
+    xs = np.log([p[0] for p in points])
+    ys = np.log([p[1] for p in points])
+    return float(np.exp(np.interp(np.log(size), xs, ys)))
+
+
+def derive(host: HostFacts, kernels: Mapping[str, list[dict[str, Any]]], probes: Mapping[str, Any]) -> dict[str, Any]:
+    """The host figures a CPU spec needs, from the measured points.
+
+    Clock: the dependent-add probe (falls back to the OS's figure). FMA units: the vector FMA
+    probe's FLOP/cycle over (lanes x 2), rounded, 1..4 (2 if the probe is missing: the usual
+    count for AVX2 and AVX-512 server cores). DRAM bandwidth: median STREAM rate at working sets
+    of at least twice the last-level cache, all threads (``core_bandwidth``: one thread).
+    Latencies: the pointer chase at half of each cache's size and past twice the LLC. The
+    outstanding-miss count is what makes one core's modelled bandwidth equal the measured one
+    (Little's law: misses x 64 B / latency).
+    """
+    clock = float((probes.get("clock") or {}).get("clock_hz") or host.nominal_clock_hz or 2e9)
+    fma = probes.get("fma") or {}
+    vector_bits = int(fma.get("vector_bits") or host.simd_width_bits)
+    lanes32 = vector_bits // 32
+    fma_units = 2
+    if fma.get("flops_per_s"):
+        fma_units = min(4, max(1, round(fma["flops_per_s"] / (clock * lanes32 * 2))))
+    llc = host.last_level_cache
+    bandwidth = kernels.get("bandwidth", [])
+    threads = max((row["threads"] for row in bandwidth), default=1)
+    big = [row for row in bandwidth if row["bytes"] >= 2 * llc]
+    memory_bandwidth = _median([r["bytes"] / r["time_s"] for r in big if r["threads"] == threads], 10e9)
+    core_bandwidth = _median([r["bytes"] / r["time_s"] for r in big if r["threads"] == 1], memory_bandwidth)
+    chase = kernels.get("latency", [])
+    memory_latency = _median([r["latency_s"] for r in chase if r["bytes"] >= 2 * llc], 100e-9)
+    cache_latency = {cache.name: _chase_latency_at(chase, cache.size / 2) for cache in host.caches} if chase else {}
+    peaks = {
+        dtype: clock * max(1, vector_bits // bits) * fma_units * 2
+        for dtype, bits in DTYPE_BITS.items()
+        if dtype in ("fp64", "fp32")
+    }
+    return {
+        "clock_hz": clock,
+        "vector_bits": vector_bits,
+        "fma_units": fma_units,
+        "peak_flops_per_core": peaks,
+        "memory_bandwidth": memory_bandwidth,
+        "core_bandwidth": core_bandwidth,
+        "memory_latency": memory_latency,
+        "max_outstanding_misses": max(1, round(core_bandwidth * memory_latency / 64)),
+        "cache_latency": cache_latency,
+    }
+
+
+def build_calibration(
+    host: HostFacts,
+    kernels: dict[str, list[dict[str, Any]]],
+    probes: dict[str, Any],
+    microbench: dict[str, Any],
+    created: str,
+) -> dict[str, Any]:
+    """The calibration object for measured points (see the module docstring)."""
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "simhpc_version": __version__,
+        "created": created,
+        "microbench": microbench,
+        "host": host.to_dict(),
+        "fingerprint": host.fingerprint(),
+        "probes": probes,
+        "derived": derive(host, kernels, probes),
+        "kernels": kernels,
+    }
+
+
+def write_calibration(data: dict[str, Any], path: str | Path) -> None:
+    """Write a calibration object as indented JSON (one measured point per line)."""
+    lines = ["{"]
+    items = list(data.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if key == "kernels":
+            lines.append('  "kernels": {')
+            sections = list(value.items())
+            for j, (section, rows) in enumerate(sections):
+                lines.append(f"    {json.dumps(section)}: [")
+                lines.extend(f"      {json.dumps(row)}{',' if r < len(rows) - 1 else ''}" for r, row in enumerate(rows))
+                lines.append(f"    ]{',' if j < len(sections) - 1 else ''}")
+            lines.append(f"  }}{comma}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}{comma}")
+    lines.append("}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def host_specs(calibration: Calibration) -> tuple[CpuSpec, NodeSpec]:
+    """The calibrated host as catalog specs: CPU ``host`` and node ``host-node``."""
+    try:
+        catalog = Catalog(catalog_entries(calibration.data, calibration.source), calibration.source)
+    except (HostFactsError, CatalogError) as error:
+        raise CalibrationError(str(error)) from None
+    return catalog.cpus["host"], catalog.nodes["host-node"]

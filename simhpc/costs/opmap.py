@@ -1,0 +1,393 @@
+"""Framework ops (PyTorch ATen names with recorded input shapes) -> kernel descriptors.
+
+:func:`classify` names an op's kind from its name; :func:`kernel_for` builds the kernel
+descriptor of one op from its ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (what
+``torch.profiler`` records with ``record_shapes=True``). The descriptor is what the op computes
+itself: composite ops (``aten::linear``, ``aten::conv2d``, ``aten::layer_norm``, ...) do their
+work in child ops, so they carry a kernel only when the trace shows no children.
+
+Kinds: ``gemm`` (mm, addmm, bmm, baddbmm, linear, matmul, mv, ...), ``conv`` (convolutions as
+implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x kernel volume,
+batch = groups; the backward is one such GEMM per gradient it computes), ``elementwise``,
+``reduction``, ``view`` (metadata and allocation ops: no kernel, zero cost), ``group``
+(annotations, autograd and optimizer wrappers: their children do the work), ``step``
+(``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own traces) and ``unknown``
+(ATen ops without a cost model: counted and listed by ``compare``).
+Integer tensors use the float type of the same width for their bytes (``long`` as fp64).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simhpc.costs.kernels import Elementwise, Gemm, Kernel, Reduction
+
+
+def _names(text: str) -> frozenset[str]:
+    """A set of op names written as whitespace-separated words."""
+    return frozenset(text.split())
+
+
+GEMM_OPS = _names("""
+    mm addmm bmm baddbmm linear matmul mv addmv dot vdot addbmm _addmm_activation einsum
+""")
+CONV_OPS = _names("""
+    conv1d conv2d conv3d convolution _convolution mkldnn_convolution convolution_backward
+    _slow_conv2d_forward _slow_conv2d_backward thnn_conv2d _convolution_mode conv_transpose1d
+    conv_transpose2d conv_transpose3d _nnpack_spatial_convolution
+""")
+ATTENTION_OPS = {
+    "_scaled_dot_product_flash_attention_for_cpu": 1,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": 2.5,
+}
+"""Fused attention kernels: GEMM work as a multiple of the forward's two products (Q K^T and P V)."""
+REDUCTION_OPS = _names("""
+    sum mean amax amin max min argmax argmin norm linalg_vector_norm var std var_mean std_mean prod
+    logsumexp all any _foreach_norm
+""")
+TRANSCENDENTAL = _names("""
+    tanh tanh_backward exp sigmoid sigmoid_backward silu silu_backward gelu gelu_backward erf log log1p
+    pow softplus elu rsqrt sqrt _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
+    _foreach_sqrt _foreach_pow _foreach_exp
+""")
+ELEMENTWISE_OPS = (
+    _names("""
+    add sub mul div rsub neg abs relu threshold threshold_backward clamp clamp_min clamp_max where
+    masked_fill addcmul addcdiv lerp copy fill zero maximum minimum sign reciprocal square hardtanh
+    hardtanh_backward leaky_relu leaky_relu_backward native_dropout_backward native_layer_norm
+    native_layer_norm_backward native_batch_norm
+    native_batch_norm_backward _native_batch_norm_legit _native_batch_norm_legit_no_training
+    native_group_norm native_group_norm_backward mse_loss mse_loss_backward nll_loss_forward
+    nll_loss_backward nll_loss2d_forward nll_loss2d_backward adaptive_avg_pool2d _adaptive_avg_pool2d
+    _adaptive_avg_pool2d_backward cat stack index_select gather scatter
+    embedding_dense_backward _to_copy cumsum eq ne lt gt le ge logical_not logical_and logical_or isnan
+    isinf isneginf isposinf index_put _foreach_add _foreach_mul _foreach_div _foreach_sub
+    _foreach_addcmul _foreach_addcdiv _foreach_lerp _foreach_copy _foreach_zero _foreach_neg
+    _foreach_maximum _foreach_clamp_max _foreach_clamp_min _fused_sgd _fused_adam _fused_adamw softmax
+    log_softmax
+""")
+    | TRANSCENDENTAL
+)
+VIEW_OPS = _names("""
+    as_strided t transpose view reshape _reshape_alias expand expand_as permute unsqueeze squeeze
+    select slice narrow split split_with_sizes chunk unbind detach alias resolve_conj resolve_neg
+    _unsafe_view view_as flatten unflatten broadcast_tensors lift_fresh numpy_T empty empty_like
+    empty_strided resize new_empty new_empty_strided set size stride item _local_scalar_dense
+    scalar_tensor result_type is_nonzero requires_grad retain_grad _has_compatible_shallow_copy_type
+    unsafe_split _nested_tensor_from_mask_left_aligned to type_as contiguous clone zeros zeros_like
+    ones ones_like full full_like new_zeros new_ones new_full _to_dense lift align_to movedim swapaxes
+    mT mH record_stream _make_per_tensor_quantized_tensor dropout feature_dropout alpha_dropout
+""")
+"""Ops that move no data themselves (``clone``, ``to``, ``zeros`` copy or fill through child ops)."""
+COMPOSITE = _names("""
+    linear matmul conv1d conv2d conv3d convolution _convolution _convolution_mode conv_transpose1d
+    conv_transpose2d conv_transpose3d einsum softmax log_softmax layer_norm group_norm batch_norm
+    _batch_norm_impl_index instance_norm dropout feature_dropout cross_entropy_loss nll_loss
+    nll_loss_nd scaled_dot_product_attention max_pool2d adaptive_avg_pool2d _to_copy _fused_sgd
+""")
+"""Ops whose work usually happens in child ops; with children they carry no kernel of their own."""
+UNCOVERED = {
+    **dict.fromkeys(
+        ("bernoulli", "uniform", "normal", "native_dropout", "random", "randn", "rand", "exponential", "multinomial"),
+        "random number generation: no calibrated kernel (PyTorch's CPU generators are serial)",
+    ),
+    **dict.fromkeys(
+        (
+            "max_pool2d_with_indices",
+            "max_pool2d_with_indices_backward",
+            "avg_pool2d",
+            "avg_pool2d_backward",
+            "max_pool3d_with_indices",
+            "max_pool3d_with_indices_backward",
+        ),
+        "windowed pooling: no calibrated kernel",
+    ),
+}
+"""ATen ops known not to be covered by any microbenchmark, with the reason ``compare`` lists."""
+DTYPES = {
+    "float": "fp32",
+    "double": "fp64",
+    "c10::Half": "fp16",
+    "c10::BFloat16": "bf16",
+    "long int": "fp64",
+    "int": "fp32",
+    "short int": "fp16",
+    "signed char": "int8",
+    "unsigned char": "int8",
+    "bool": "int8",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+}
+
+
+def base_name(name: str) -> str:
+    """``aten::add_`` -> ``add``: namespace and in-place underscore removed (``__and__`` kept)."""
+    short = name.rsplit("::", 1)[-1]
+    return short[:-1] if short.endswith("_") and not short.endswith("__") else short
+
+
+def classify(name: str, category: str = "") -> str:
+    """The kind of a trace event (see the module docstring)."""
+    if name.startswith("ProfilerStep#"):
+        return "step"
+    if not name.startswith("aten::"):
+        return "group" if category in ("cpu_op", "user_annotation", "python_function") else "span"
+    op = base_name(name)
+    if op in GEMM_OPS or op in ATTENTION_OPS:
+        return "gemm"
+    if op in CONV_OPS:
+        return "conv"
+    if op in REDUCTION_OPS:
+        return "reduction"
+    if op in ELEMENTWISE_OPS:
+        return "elementwise"
+    if op in VIEW_OPS:
+        return "view"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class OpKernel:
+    """What an op computes: a kernel, nothing (``kernel is None and reason == ''``), or why not modelled."""
+
+    kernel: Kernel | None
+    reason: str = ""
+
+
+NOTHING = OpKernel(None)
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _tensors(shapes: list[Any], dtypes: list[str]) -> list[tuple[list[int], str]]:
+    """(shape, dtype) of each tensor argument; tensor lists are flattened; scalars dropped."""
+    found = []
+    for i, shape in enumerate(shapes):
+        kind = dtypes[i] if i < len(dtypes) else ""
+        if kind in ("Scalar", "ScalarList", "", "None", "GenericList"):
+            continue
+        if kind == "TensorList" and isinstance(shape, list):
+            found.extend((s, "float") for s in shape if _is_shape(s))
+        elif _is_shape(shape):
+            found.append((shape, kind))
+    return found
+
+
+def _dtype(kind: str) -> str:
+    return DTYPES.get(kind, "fp32")
+
+
+def _int_list(text: Any, default: list[int]) -> list[int]:
+    if not isinstance(text, str) or not text.strip():
+        return default
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return list(value)
+    return default
+
+
+def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
+    shapes = [s for s, _ in tensors]
+    dtype = _dtype(tensors[0][1]) if tensors else "fp32"
+    if op in ("addmm", "_addmm_activation", "baddbmm", "addmv", "addbmm"):
+        shapes = shapes[1:]  # the added term first
+    if op in ATTENTION_OPS:
+        if len(shapes) < 3 or len(shapes[0]) != 4:
+            return OpKernel(None, "attention without 4-D q, k, v shapes")
+        (b, h, lq, e), (_, _, lk, _) = shapes[0], shapes[1]
+        factor = ATTENTION_OPS[op]
+        return OpKernel(Gemm(dtype=dtype, m=lq, n=lk, k=e, batch=max(1, round(2 * factor * b * h))))
+    if len(shapes) < 2:
+        return OpKernel(None, f"{op} without two operand shapes")
+    a, b = shapes[0], shapes[1]
+    if op == "linear":
+        if not a or len(b) != 2:
+            return OpKernel(None, "linear with unexpected shapes")
+        return OpKernel(Gemm(dtype=dtype, m=_numel(a[:-1]), n=b[0], k=a[-1]))
+    if op in ("mv", "addmv") and len(a) == 2:
+        return OpKernel(Gemm(dtype=dtype, m=a[0], n=1, k=a[1]))
+    if op in ("dot", "vdot") and len(a) == 1:
+        return OpKernel(Gemm(dtype=dtype, m=1, n=1, k=a[0]))
+    if len(a) < 1 or len(b) < 1:
+        return OpKernel(None, f"{op} with scalar operands")
+    if len(b) == 1:  # matrix @ vector
+        return OpKernel(Gemm(dtype=dtype, m=_numel(a[:-1]), n=1, k=a[-1]))
+    if len(a) == 1:
+        return OpKernel(Gemm(dtype=dtype, m=1, n=b[-1], k=a[0], batch=_numel(b[:-2])))
+    if len(b) == 2:  # (..., m, k) @ (k, n): one GEMM over the folded rows
+        return OpKernel(Gemm(dtype=dtype, m=_numel(a[:-1]), n=b[1], k=a[-1]))
+    batch_a, batch_b = a[:-2], b[:-2]
+    width = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (width - len(batch_a)) + list(batch_a)
+    batch_b = [1] * (width - len(batch_b)) + list(batch_b)
+    batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b))
+    return OpKernel(Gemm(dtype=dtype, m=a[-2], n=b[-1], k=a[-1], batch=max(1, batch)))
+
+
+def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+    shapes = [s for s, _ in tensors]
+    if op == "convolution_backward":
+        if len(shapes) < 3:
+            return OpKernel(None, "convolution_backward without grad, input and weight shapes")
+        x, w = shapes[1], shapes[2]
+        # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+        #  groups, output_mask)
+        stride, padding, dilation = (_int_list(concrete[i] if len(concrete) > i else "", [1]) for i in (4, 5, 6))
+        groups_arg = concrete[9] if len(concrete) > 9 else "1"
+        mask_text = concrete[10] if len(concrete) > 10 else ""
+        mask = [m.strip() == "True" for m in mask_text.strip("[]").split(",")] if mask_text else [True, True]
+        passes = max(1, sum(mask[:2]))
+    else:
+        if len(shapes) < 2:
+            return OpKernel(None, f"{op} without input and weight shapes")
+        x, w = shapes[0], shapes[1]
+        if op == "mkldnn_convolution":  # (input, weight, bias, padding, stride, dilation, groups)
+            order = (4, 3, 5, 6)
+        elif op in (
+            "conv1d",
+            "conv2d",
+            "conv3d",
+            "_convolution_mode",
+        ):  # (..., stride, padding, dilation, groups)
+            order = (3, 4, 5, 6)
+        else:  # convolution/_convolution: (..., stride, padding, dilation, transposed, output_padding, groups)
+            order = (3, 4, 5, 8)
+        stride, padding, dilation = (_int_list(concrete[i] if len(concrete) > i else "", [1]) for i in order[:3])
+        groups_arg = concrete[order[3]] if len(concrete) > order[3] else "1"
+        passes = 1
+    spatial = len(x) - 2
+    if spatial < 1 or len(w) != len(x):
+        return OpKernel(None, f"{op} with unexpected input/weight ranks {len(x)}/{len(w)}")
+    groups = max(1, _int_list(groups_arg, [1])[0])
+
+    def pick(values: list[int], i: int) -> int:
+        return values[i] if i < len(values) else values[-1]
+
+    out = []
+    for i in range(spatial):
+        size, kernel = x[2 + i], w[2 + i]
+        extent = pick(dilation, i) * (kernel - 1) + 1
+        out.append(max(1, (size + 2 * pick(padding, i) - extent) // max(1, pick(stride, i)) + 1))
+    m = x[0] * math.prod(out)
+    n = w[0] // groups
+    k = w[1] * math.prod(w[2:])
+    return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes))
+
+
+def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+    shape, kind = tensors[0]
+    n = sum(_numel(s) for s, _ in tensors) if op.startswith("_foreach") else _numel(shape)
+    dims = _int_list(concrete[1] if len(concrete) > 1 else "", [])
+    outputs = 1
+    if dims and shape:
+        reduced = math.prod(shape[d] for d in dims if -len(shape) <= d < len(shape))
+        outputs = max(1, n // max(1, reduced))
+    return OpKernel(Reduction(dtype=_dtype(kind), n=n, outputs=outputs, op=op))
+
+
+def _elementwise(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
+    dtype = _dtype(tensors[0][1])
+    if op.startswith("_foreach") or op.startswith("_fused"):
+        lists = [s for s, _ in tensors]
+        n = sum(_numel(s) for s in lists)
+        per_list = max(1, len(lists))
+        inputs = max(1, round(len(lists) / max(1, per_list)))
+        return OpKernel(Elementwise(dtype=dtype, n=n, op=op, inputs=inputs, outputs=1))
+    n = max(_numel(s) for s, _ in tensors)
+    inputs = sum(1 for s, _ in tensors if _numel(s) > 1) or 1
+    outputs = 1
+    if op in ("fill", "zero"):
+        inputs, outputs = 0, 1
+    elif op in ("copy", "_to_copy", "clone"):
+        inputs = 1
+    elif op in (
+        "native_layer_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "native_group_norm",
+        "_softmax",
+        "_log_softmax",
+    ):
+        inputs = 2  # a statistics pass, then the normalising pass
+    elif op in ("cat", "stack"):
+        n = sum(_numel(s) for s, _ in tensors)
+        inputs = 1
+    flops = 10.0 if op in TRANSCENDENTAL else 1.0
+    return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
+
+
+def _row_major(shape: list[int], strides: Any) -> bool:
+    """Whether ``strides`` lay ``shape`` out contiguously (or broadcast), innermost dimension last."""
+    if not isinstance(strides, list) or len(strides) != len(shape):
+        return True
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size > 1 and stride not in (0, expected):
+            return False
+        expected *= size
+    return True
+
+
+def kernel_for(
+    name: str,
+    kind: str,
+    shapes: list[Any],
+    dtypes: list[str],
+    concrete: list[Any],
+    has_children: bool,
+    strides: list[Any] | None = None,
+) -> OpKernel:
+    """The kernel descriptor of one op's own work.
+
+    Args:
+        name: the op name (``aten::addmm``).
+        kind: its :func:`classify` kind.
+        shapes: ``Input Dims``; dtypes: ``Input type``; concrete: ``Concrete Inputs``.
+        has_children: whether the trace shows child ops (then composite ops carry no kernel).
+        strides: ``Input Strides``, when recorded: a copy from a permuted layout (channels-last to
+            contiguous, a transpose) is not a streaming copy and is reported as not modelled.
+
+    Returns:
+        An :class:`OpKernel`: a kernel; :data:`NOTHING` for ops that do no work of their own; or
+        ``kernel=None`` with the reason the op could not be modelled.
+    """
+    op = base_name(name)
+    if kind in ("view", "group", "step"):
+        return NOTHING
+    if kind == "unknown":
+        return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
+    if has_children and op in COMPOSITE:
+        return NOTHING
+    tensors = _tensors(shapes, dtypes)
+    if not tensors:
+        return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")
+    if kind == "gemm":
+        return _gemm(op, tensors)
+    if kind == "conv":
+        return _conv(op, tensors, concrete)
+    if kind == "reduction":
+        return _reduction(op, tensors, concrete)
+    if (
+        op == "copy"
+        and strides
+        and len(shapes) > 1
+        and _is_shape(shapes[1])
+        and not _row_major(shapes[1], strides[1] if len(strides) > 1 else None)
+    ):
+        return OpKernel(None, "layout-changing copy (permuted source strides): no calibrated kernel")
+    return _elementwise(op, tensors)

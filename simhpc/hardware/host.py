@@ -1,0 +1,352 @@
+"""Facts about the machine simhpc runs on, and the committed calibration as catalog entries.
+
+:func:`detect_host` reads Linux's ``/proc/cpuinfo``, ``/proc/meminfo`` and
+``/sys/devices/system/cpu`` (elsewhere it falls back to :mod:`platform` and ``os.cpu_count``).
+:func:`host_catalog_entries` turns the ``host`` and ``derived`` sections of a calibration file
+(``validation/calibration/host.json`` by default, written by ``simhpc calibrate``) into a CPU
+named ``host`` and a node named ``host-node`` for the built-in catalog. This module reads only
+those two sections; :mod:`simhpc.costs.calibration_file` owns the whole format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+COMMITTED_CALIBRATION = Path(__file__).resolve().parents[2] / "validation" / "calibration" / "host.json"
+"""The calibration of the reference machine, committed with the sources (absent in a wheel)."""
+
+ISA_FLAGS = (
+    "sse2",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512cd",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+    "sve2",
+)
+"""The CPU flags recorded (and compared) in a calibration: those that change kernel speed."""
+
+_SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+class HostFactsError(ValueError):
+    """Host facts (from a calibration file) are malformed."""
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One data or unified cache level as the OS reports it."""
+
+    name: str
+    """``L1D``, ``L2``, ``L3``."""
+    size: int
+    """Bytes per instance."""
+    shared_by: int = 1
+    """Logical CPUs sharing one instance."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host CPU is: model, cores, ISA flags, caches, memory.
+
+    Attributes:
+        cpu_model: the model name string (``/proc/cpuinfo``).
+        vendor: ``GenuineIntel``, ``AuthenticAMD``, an ARM implementer, or ``unknown``.
+        architecture: ``platform.machine()``.
+        logical_cpus: CPUs this process may run on.
+        cores: physical cores among them.
+        sockets: physical packages.
+        nominal_clock_hz: the clock the OS reports (0 if unknown); calibration measures the real one.
+        isa_flags: the :data:`ISA_FLAGS` present, sorted.
+        caches: data and unified cache levels, innermost first.
+        memory_bytes: physical memory.
+    """
+
+    cpu_model: str
+    vendor: str
+    architecture: str
+    logical_cpus: int
+    cores: int
+    sockets: int
+    nominal_clock_hz: float
+    isa_flags: tuple[str, ...]
+    caches: tuple[CacheInfo, ...] = field(default_factory=tuple)
+    memory_bytes: int = 0
+
+    @property
+    def simd_isa(self) -> str:
+        """The widest vector ISA: ``avx512``, ``avx2``, ``avx``, ``sse``, ``sve``, ``neon`` or ``scalar``."""
+        flags = set(self.isa_flags)
+        for isa, flag in (
+            ("avx512", "avx512f"),
+            ("avx2", "avx2"),
+            ("avx", "avx"),
+            ("sve", "sve"),
+            ("neon", "asimd"),
+            ("sse", "sse2"),
+        ):
+            if flag in flags:
+                return isa
+        return "scalar"
+
+    @property
+    def simd_width_bits(self) -> int:
+        """Vector register width of :attr:`simd_isa` (SVE: 128 unless a calibration measured more)."""
+        return {"avx512": 512, "avx2": 256, "avx": 256}.get(self.simd_isa, 128)
+
+    @property
+    def last_level_cache(self) -> int:
+        """Bytes of the outermost cache (32 MiB if the OS does not say)."""
+        return self.caches[-1].size if self.caches else 32 << 20
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match for a calibration to describe this host."""
+        return {"cpu_model": self.cpu_model, "cores": self.cores, "isa_flags": list(self.isa_flags)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping."""
+        data = asdict(self)
+        data["isa_flags"] = list(self.isa_flags)
+        data["caches"] = [asdict(cache) for cache in self.caches]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "host") -> HostFacts:
+        """Read facts written by :meth:`to_dict`; raises :class:`HostFactsError` naming the field."""
+        if not isinstance(data, Mapping):
+            raise HostFactsError(f"{where}: expected an object, got {type(data).__name__}")
+
+        def get(key: str, kind: type | tuple[type, ...]) -> Any:
+            value = data.get(key)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise HostFactsError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
+            return value
+
+        flags = get("isa_flags", list)
+        caches = []
+        for i, cache in enumerate(get("caches", list)):
+            if (
+                not isinstance(cache, Mapping)
+                or not isinstance(cache.get("name"), str)
+                or not isinstance(cache.get("size"), int)
+                or cache["size"] <= 0
+            ):
+                raise HostFactsError(f"{where}.caches.{i}: expected {{name, size, shared_by}}, got {cache!r}")
+            caches.append(CacheInfo(cache["name"], cache["size"], int(cache.get("shared_by", 1))))
+        facts = cls(
+            get("cpu_model", str),
+            get("vendor", str),
+            get("architecture", str),
+            get("logical_cpus", int),
+            get("cores", int),
+            get("sockets", int),
+            float(get("nominal_clock_hz", (int, float))),
+            tuple(str(f) for f in flags),
+            tuple(caches),
+            get("memory_bytes", int),
+        )
+        if facts.cores < 1 or facts.sockets < 1 or facts.logical_cpus < 1:
+            raise HostFactsError(f"{where}: cores, sockets and logical_cpus must be >= 1")
+        return facts
+
+
+def _cpuinfo() -> list[dict[str, str]]:
+    """``/proc/cpuinfo`` as one mapping per logical CPU ([] where absent)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    blocks = []
+    for block in text.strip().split("\n\n"):
+        entry = {}
+        for line in block.splitlines():
+            if ":" in line:
+                key, value = line.split(":", 1)
+                entry[key.strip()] = value.strip()
+        blocks.append(entry)
+    return blocks
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)\s*([KMG]?)", text.strip())
+    if not match:
+        return 0
+    return int(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2)]
+
+
+def _cpu_list_length(text: str) -> int:
+    count = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        count += int(high) - int(low) + 1 if high else 1
+    return count
+
+
+def _caches(cpu: int) -> tuple[CacheInfo, ...]:
+    found = []
+    for index in sorted((_SYS_CPU / f"cpu{cpu}" / "cache").glob("index*")):
+        kind, level, size = (_read(index / name) for name in ("type", "level", "size"))
+        if kind not in ("Data", "Unified") or not level or not size:
+            continue
+        shared = _read(index / "shared_cpu_list")
+        found.append(
+            CacheInfo(
+                f"L{level}D" if level == "1" else f"L{level}",
+                _size(size),
+                _cpu_list_length(shared) if shared else 1,
+            )
+        )
+    return tuple(sorted(found, key=lambda cache: cache.name))
+
+
+def _memory_bytes() -> int:
+    text = _read(Path("/proc/meminfo")) or ""
+    match = re.search(r"MemTotal:\s+(\d+) kB", text)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def detect_host() -> HostFacts:
+    """Read the facts of the machine this process runs on."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        allowed = list(range(os.cpu_count() or 1))
+    info = _cpuinfo()
+    by_cpu = {int(entry["processor"]): entry for entry in info if entry.get("processor", "").isdigit()}
+    first = by_cpu.get(allowed[0], info[0] if info else {})
+    model = first.get("model name") or first.get("Model") or platform.processor() or "unknown"
+    vendor = first.get("vendor_id") or first.get("CPU implementer") or "unknown"
+    flag_text = first.get("flags") or first.get("Features") or ""
+    flags = tuple(sorted(set(flag_text.split()) & set(ISA_FLAGS)))
+    cores = {(by_cpu[c].get("physical id", "0"), by_cpu[c].get("core id", str(c))) for c in allowed if c in by_cpu}
+    sockets = {by_cpu[c].get("physical id", "0") for c in allowed if c in by_cpu}
+    clock = 0.0
+    max_freq = _read(_SYS_CPU / f"cpu{allowed[0]}" / "cpufreq" / "cpuinfo_max_freq")
+    if max_freq and max_freq.isdigit():
+        clock = int(max_freq) * 1e3
+    elif first.get("cpu MHz"):
+        clock = float(first["cpu MHz"]) * 1e6
+    return HostFacts(
+        cpu_model=model,
+        vendor=vendor,
+        architecture=platform.machine(),
+        logical_cpus=len(allowed),
+        cores=max(1, len(cores)) if cores else len(allowed),
+        sockets=max(1, len(sockets)),
+        nominal_clock_hz=clock,
+        isa_flags=flags,
+        caches=_caches(allowed[0]),
+        memory_bytes=_memory_bytes(),
+    )
+
+
+def _derived_number(derived: Mapping[str, Any], key: str, where: str) -> float:
+    value = derived.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise HostFactsError(f"{where}.derived.{key}: expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
+    """Catalog entries (CPU ``host``, node ``host-node``) from a parsed calibration object.
+
+    Args:
+        data: the calibration JSON object (only its ``host`` and ``derived`` sections are read).
+        where: its origin, for error messages and the entries' ``source``.
+
+    Returns:
+        ``{"cpus": {"host": ...}, "nodes": {"host-node": ...}}`` in the catalog's YAML shape
+        (plain SI numbers).
+
+    Raises:
+        HostFactsError: a section is missing or malformed.
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("derived"), Mapping):
+        raise HostFactsError(f"{where}: not a simhpc calibration (no 'derived' section)")
+    facts = HostFacts.from_dict(data.get("host"), f"{where}: host")
+    derived = data["derived"]
+    latencies = derived.get("cache_latency") if isinstance(derived.get("cache_latency"), Mapping) else {}
+    memory_latency = _derived_number(derived, "memory_latency", where)
+    caches = [
+        {
+            "name": cache.name,
+            "size": cache.size,
+            "latency": float(latencies.get(cache.name, memory_latency)),
+            "shared": cache.shared_by > 1,
+        }
+        for cache in facts.caches
+    ]
+    isa = facts.simd_isa
+    cpu = {
+        "sockets": facts.sockets,
+        "cores_per_socket": max(1, facts.cores // facts.sockets),
+        "clock": _derived_number(derived, "clock_hz", where),
+        "simd": {
+            "isa": isa,
+            "width_bits": int(_derived_number(derived, "vector_bits", where)),
+            "fma_units": int(_derived_number(derived, "fma_units", where)),
+            "gather": isa in ("avx512", "avx2", "sve"),
+        },
+        "caches": caches,
+        "memory_bandwidth": _derived_number(derived, "memory_bandwidth", where) / facts.sockets,
+        "memory_latency": memory_latency,
+        "max_outstanding_misses": int(_derived_number(derived, "max_outstanding_misses", where)),
+        "source": f"measured by simhpc calibrate on '{facts.cpu_model}' ({Path(where).name})",
+    }
+    node = {
+        "cpu": "host",
+        "host_memory": facts.memory_bytes or 1 << 30,
+        "source": f"the calibrated host ({Path(where).name}): one CPU, its memory, one default NIC",
+    }
+    return {"cpus": {"host": cpu}, "nodes": {"host-node": node}}
+
+
+def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] | None:
+    """Catalog entries (CPU ``host``, node ``host-node``) from a calibration file.
+
+    Args:
+        path: the calibration JSON; default :data:`COMMITTED_CALIBRATION`.
+
+    Returns:
+        See :func:`catalog_entries`; None when the default file does not exist (an installed wheel).
+
+    Raises:
+        HostFactsError: the file exists but is not a readable calibration.
+    """
+    source = path or COMMITTED_CALIBRATION
+    if not source.exists():
+        if path is None:
+            return None
+        raise HostFactsError(f"{source}: no such calibration file")
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HostFactsError(f"{source}: not a readable calibration JSON ({error})") from None
+    return catalog_entries(data, str(source))

@@ -1,0 +1,350 @@
+"""Hold a measured trace against the cost model, or two traces against each other.
+
+:func:`compare_trace` predicts every op of a measured trace from its kernel descriptor
+(:func:`simhpc.costs.opmap.kernel_for`) and a cost model — never from the measured durations —
+and sums per step. Each op's own work is compared with its *self* time (its duration less its
+children's), so nested ops are never counted twice: ``aten::linear`` carries no kernel when the
+trace shows its ``aten::addmm`` child; ``aten::addmm``'s self time excludes the bias
+``aten::copy_`` below it, which is predicted on its own. Ops that cannot be modelled are counted
+and listed with the reason.
+
+:func:`compare_traces` aligns two traces (a simhpc trace and a measured one, or two runs) by
+track label and span name and reports their differences.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simhpc.costs.kernels import Gemm, Kernel
+from simhpc.costs.model import CostModel, Device
+from simhpc.costs.opmap import kernel_for
+from simhpc.trace.readers import OpRecord, Trace
+
+FRAMEWORK_KINDS = ("gemm", "conv", "elementwise", "reduction", "view", "unknown")
+"""Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
+
+
+@dataclass
+class OpPrediction:
+    """One op: its kernel (None: no work of its own, or not modelled), measured self time, prediction."""
+
+    op: OpRecord
+    kernel: Kernel | None
+    measured_s: float
+    predicted_s: float
+    modelled: bool
+    reason: str = ""
+
+    @property
+    def error_pct(self) -> float:
+        """Signed error of the prediction, % of the measured self time."""
+        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s > 0 else 0.0
+
+
+@dataclass
+class Comparison:
+    """What ``simhpc compare`` reports for one measured trace."""
+
+    source: str
+    threads: int
+    steps: int
+    measured_total_s: float
+    """All profiled steps (or the trace's span without steps)."""
+    measured_step_s: float
+    """The median step: robust to one step disturbed by another process."""
+    predicted_step_s: float
+    predictions: list[OpPrediction]
+    kinds: dict[str, dict[str, float]] = field(default_factory=dict)
+    unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def step_error_pct(self) -> float:
+        if self.measured_step_s <= 0:
+            return 0.0
+        return 100.0 * (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
+
+    @property
+    def ops_total(self) -> int:
+        return len(self.predictions)
+
+    @property
+    def ops_modelled(self) -> int:
+        return sum(1 for p in self.predictions if p.modelled)
+
+    def with_kernels(self) -> list[OpPrediction]:
+        """Ops that carry a kernel of their own, in trace order."""
+        return [p for p in self.predictions if p.kernel is not None]
+
+    def worst(self, count: int = 10) -> list[OpPrediction]:
+        """Kernel-carrying ops with the largest absolute time error."""
+        ranked = sorted(self.with_kernels(), key=lambda p: (-abs(p.predicted_s - p.measured_s), p.op.index))
+        return ranked[:count]
+
+    def summary(self, worst: int = 10) -> dict[str, Any]:
+        """The machine-readable report (``simhpc compare --json``)."""
+        gemm = self.kinds.get("gemm", {})
+        return {
+            "source": self.source,
+            "threads": self.threads,
+            "steps": self.steps,
+            "measured_total_s": self.measured_total_s,
+            "predicted_total_s": self.predicted_step_s * max(1, self.steps),
+            "measured_step_s": self.measured_step_s,
+            "predicted_step_s": self.predicted_step_s,
+            "total_error_pct": self.step_error_pct,
+            "gemm_mape_pct": gemm.get("mape_pct"),
+            "ops_total": self.ops_total,
+            "ops_modelled": self.ops_modelled,
+            "ops_unmodelled": self.ops_total - self.ops_modelled,
+            "kinds": self.kinds,
+            "unmodelled": self.unmodelled,
+            "worst_ops": [_op_row(p) for p in self.worst(worst)],
+        }
+
+
+def _shape_text(op: OpRecord) -> str:
+    return " ".join(str(s) for s in op.shapes if s not in ([], "")) if op.shapes else ""
+
+
+def _op_row(prediction: OpPrediction) -> dict[str, Any]:
+    op = prediction.op
+    return {
+        "index": op.index,
+        "name": op.name,
+        "kind": op.kind,
+        "shapes": _shape_text(op),
+        "step": op.step,
+        "measured_s": prediction.measured_s,
+        "predicted_s": prediction.predicted_s,
+        "error_pct": prediction.error_pct,
+    }
+
+
+def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) -> list[OpPrediction]:
+    """A prediction for every framework op of ``trace`` (within its profiler steps, if any)."""
+    predictions = []
+    for op in trace.ops:
+        if op.kind not in FRAMEWORK_KINDS or (trace.steps and op.step is None):
+            continue
+        strides = op.args.get("Input Strides")
+        result = kernel_for(
+            op.name,
+            op.kind,
+            op.shapes,
+            op.dtypes,
+            op.concrete,
+            bool(op.children),
+            strides if isinstance(strides, list) else None,
+        )
+        if result.kernel is None:
+            modelled = not result.reason
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, modelled, result.reason))
+            continue
+        try:
+            predicted = model.duration(result.kernel, device, threads)
+        except (KeyError, ValueError) as error:
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, f"cost model: {error}"))
+            continue
+        predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
+    return predictions
+
+
+def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) -> Comparison:
+    """Predict ``trace``'s ops and step time with ``model`` on ``device`` using ``threads`` cores."""
+    predictions = predict_ops(trace, model, device, threads)
+    if trace.steps:
+        steps = len(trace.steps)
+        measured = statistics.median(s.duration for s in trace.steps)
+    else:
+        steps = 1
+        roots = [op for op in trace.ops if op.parent is None]
+        measured = max(op.end for op in roots) - min(op.start for op in roots)
+    predicted = sum(p.predicted_s for p in predictions) / steps
+    total = sum(s.duration for s in trace.steps) if trace.steps else measured
+    comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions)
+    groups: dict[str, list[OpPrediction]] = defaultdict(list)
+    for p in predictions:
+        if p.kernel is not None:
+            groups[p.op.kind].append(p)
+    for kind in sorted(groups):
+        rows = groups[kind]
+        measured_s = sum(p.measured_s for p in rows)
+        predicted_s = sum(p.predicted_s for p in rows)
+        errors = [abs(p.error_pct) for p in rows if p.measured_s > 0]
+        comparison.kinds[kind] = {
+            "ops": len(rows),
+            "measured_s": measured_s,
+            "predicted_s": predicted_s,
+            "mape_pct": statistics.fmean(errors) if errors else 0.0,
+            "total_error_pct": 100.0 * (predicted_s - measured_s) / measured_s if measured_s else 0.0,
+        }
+    free = [p for p in predictions if p.modelled and p.kernel is None]
+    comparison.kinds["no-kernel"] = {
+        "ops": len(free),
+        "measured_s": sum(p.measured_s for p in free),
+        "predicted_s": 0.0,
+    }
+    for p in predictions:
+        if not p.modelled:
+            entry = comparison.unmodelled.setdefault(p.op.name, {"count": 0, "measured_s": 0.0, "reason": p.reason})
+            entry["count"] += 1
+            entry["measured_s"] += p.measured_s
+    comparison.unmodelled = dict(sorted(comparison.unmodelled.items()))
+    return comparison
+
+
+def write_ops_csv(comparison: Comparison, path: Path) -> None:
+    """One row per op: name, kind, shapes, step, measured and predicted seconds, status."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["index", "name", "kind", "shapes", "step", "measured_s", "predicted_s", "status"])
+        for p in comparison.predictions:
+            status = "kernel" if p.kernel is not None else ("no-kernel" if p.modelled else f"unmodelled: {p.reason}")
+            writer.writerow(
+                [
+                    p.op.index,
+                    p.op.name,
+                    p.op.kind,
+                    _shape_text(p.op),
+                    p.op.step,
+                    f"{p.measured_s:.9g}",
+                    f"{p.predicted_s:.9g}",
+                    status,
+                ]
+            )
+
+
+def plot_comparison(comparison: Comparison, path: Path) -> None:
+    """Predicted vs measured time per kernel-carrying op, log-log, one colour per kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 5.6))
+    rows = [p for p in comparison.with_kernels() if p.measured_s > 0 and p.predicted_s > 0]
+    for kind in sorted({p.op.kind for p in rows}):
+        chosen = [p for p in rows if p.op.kind == kind]
+        axes.scatter(
+            [p.measured_s * 1e6 for p in chosen],
+            [p.predicted_s * 1e6 for p in chosen],
+            s=14,
+            alpha=0.7,
+            label=f"{kind} ({len(chosen)})",
+        )
+    if rows:
+        low = min(min(p.measured_s, p.predicted_s) for p in rows) * 1e6 / 1.5
+        high = max(max(p.measured_s, p.predicted_s) for p in rows) * 1e6 * 1.5
+        axes.plot([low, high], [low, high], color="black", linewidth=0.8, label="predicted = measured")
+        axes.fill_between(
+            [low, high],
+            [low / 1.15, high / 1.15],
+            [low * 1.15, high * 1.15],
+            color="grey",
+            alpha=0.15,
+            label="±15 %",
+        )
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+    axes.set_xlabel("measured self time per op (µs)")
+    axes.set_ylabel("predicted time per op (µs)")
+    gemm = comparison.kinds.get("gemm", {}).get("mape_pct")
+    title = f"{Path(comparison.source).name}: step error {comparison.step_error_pct:+.1f} %"
+    if gemm is not None:
+        title += f", GEMM MAPE {gemm:.1f} %"
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=8, loc="upper left")
+    axes.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(figure)
+
+
+def _track_busy(trace: Trace) -> dict[str, float]:
+    busy: dict[str, float] = defaultdict(float)
+    for op in trace.ops:
+        if op.parent is None:
+            busy[op.track] += op.duration
+    return dict(busy)
+
+
+def _name_totals(trace: Trace) -> dict[str, tuple[int, float]]:
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for op in trace.ops:
+        entry = totals[op.name]
+        entry[0] += 1
+        entry[1] += op.duration
+    return {name: (int(v[0]), v[1]) for name, v in totals.items()}
+
+
+def _diff(a: float, b: float) -> float | None:
+    return 100.0 * (a - b) / b if b else None
+
+
+def compare_traces(a: Trace, b: Trace) -> dict[str, Any]:
+    """Align two traces by track label and span name.
+
+    Returns:
+        ``span_s`` of each, and for ``tracks`` (busy time of top-level spans) and ``names`` (count
+        and total duration per span name): one row per key present in either trace, with A's and
+        B's values and A's difference from B in %; keys in only one trace are listed as such.
+    """
+    tracks_a, tracks_b = _track_busy(a), _track_busy(b)
+    tracks = []
+    for key in list(dict.fromkeys([*tracks_a, *tracks_b])):
+        va, vb = tracks_a.get(key), tracks_b.get(key)
+        tracks.append(
+            {
+                "track": key,
+                "a_busy_s": va,
+                "b_busy_s": vb,
+                "diff_pct": _diff(va, vb) if va is not None and vb is not None else None,
+            }
+        )
+    names_a, names_b = _name_totals(a), _name_totals(b)
+    names = []
+    for key in sorted(set(names_a) | set(names_b)):
+        ca, ta = names_a.get(key, (0, 0.0))
+        cb, tb = names_b.get(key, (0, 0.0))
+        names.append(
+            {
+                "name": key,
+                "a_count": ca,
+                "b_count": cb,
+                "a_total_s": ta,
+                "b_total_s": tb,
+                "diff_pct": _diff(ta, tb) if ca and cb else None,
+            }
+        )
+    names.sort(key=lambda row: (-abs(row["a_total_s"] - row["b_total_s"]), row["name"]))
+    steps = None
+    if a.steps and b.steps:
+        sa = statistics.fmean(s.duration for s in a.steps)
+        sb = statistics.fmean(s.duration for s in b.steps)
+        steps = {"a_step_s": sa, "b_step_s": sb, "diff_pct": _diff(sa, sb)}
+    return {
+        "a": a.source,
+        "b": b.source,
+        "a_span_s": a.span(),
+        "b_span_s": b.span(),
+        "span_diff_pct": _diff(a.span(), b.span()),
+        "steps": steps,
+        "tracks": tracks,
+        "names": names,
+        "only_in_a": sorted(set(names_a) - set(names_b)),
+        "only_in_b": sorted(set(names_b) - set(names_a)),
+        "matched_names": len(set(names_a) & set(names_b)),
+    }
+
+
+def gemm_shape(kernel: Kernel | None) -> str:
+    """``b x m x n x k`` of a GEMM kernel, '' otherwise (for reports)."""
+    if isinstance(kernel, Gemm):
+        return f"{kernel.batch}x{kernel.m}x{kernel.n}x{kernel.k}"
+    return ""

@@ -1,0 +1,281 @@
+"""Readers of measured traces: Chrome Trace Event JSON, and torch.profiler exports in particular.
+
+:func:`read_trace` returns a :class:`Trace`: one :class:`OpRecord` per complete event (``X``, or
+a matched ``B``/``E`` pair), with its track, nesting (parent, depth, children), self time (its
+duration less its children's), shapes and dtypes (torch's ``Input Dims`` / ``Input type`` with
+``record_shapes=True``), the op kind (:func:`simhpc.costs.opmap.classify`) and the profiler step
+it belongs to (``ProfilerStep#N`` spans). simhpc's own traces are Chrome JSON too.
+
+Nesting follows the Chrome convention: on one track, an event inside another's interval is its
+child, so a parent's duration is its children's plus its own overhead (``self_time``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simhpc.costs.opmap import classify
+from simhpc.errors import SimhpcError
+
+_US = 1e-6
+_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_EPS = 1e-12
+
+
+class TraceError(SimhpcError):
+    """A trace file is missing, unreadable, or not a Chrome trace."""
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One timed op or span of a trace. Times are seconds from the trace's origin."""
+
+    index: int
+    name: str
+    kind: str
+    """``gemm``, ``conv``, ``elementwise``, ``reduction``, ``view``, ``group``, ``step`` or ``unknown``."""
+    start: float
+    duration: float
+    track: str
+    category: str = ""
+    shapes: list[Any] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    concrete: list[Any] = field(default_factory=list)
+    """torch's ``Concrete Inputs`` (scalars and int lists as strings)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    parent: int | None = None
+    depth: int = 0
+    children: list[int] = field(default_factory=list)
+    step: int | None = None
+    self_time: float = 0.0
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A profiler step (``ProfilerStep#N``)."""
+
+    number: int
+    start: float
+    duration: float
+    track: str
+
+
+@dataclass
+class Trace:
+    """The ops of one trace file.
+
+    Attributes:
+        source: the file.
+        format: ``torch.profiler`` or ``chrome``.
+        ops: every complete event, in (track, start) order; ``ops[i].index == i``.
+        steps: profiler steps in time order ([] if the trace has none).
+        metadata: the file's top-level keys other than ``traceEvents``.
+        skipped: counts of events not read, by reason (never silently dropped).
+    """
+
+    source: str
+    format: str
+    ops: list[OpRecord]
+    steps: list[Step]
+    metadata: dict[str, Any]
+    skipped: dict[str, int]
+
+    @property
+    def tracks(self) -> list[str]:
+        """Track labels in first-appearance order."""
+        return list(dict.fromkeys(op.track for op in self.ops))
+
+    def span(self) -> float:
+        """Seconds from the first op's start to the last op's end."""
+        if not self.ops:
+            return 0.0
+        return max(op.end for op in self.ops) - min(op.start for op in self.ops)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except OSError as error:
+        raise TraceError(f"{path}: cannot read ({error.strerror or error})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as error:
+            raise TraceError(f"{path}: broken gzip file ({error})") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not a text file; expected Chrome Trace Event JSON") from None
+    except json.JSONDecodeError as error:
+        raise TraceError(
+            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
+            "truncated, or not a trace?"
+        ) from None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _track_names(events: list[Any]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    for event in events:
+        if isinstance(event, Mapping) and event.get("ph") == "M":
+            name = (event.get("args") or {}).get("name") if isinstance(event.get("args"), Mapping) else None
+            if not isinstance(name, str):
+                continue
+            if event.get("name") == "process_name":
+                processes.setdefault(event.get("pid"), name)
+            elif event.get("name") == "thread_name":
+                threads.setdefault((event.get("pid"), event.get("tid")), name)
+    return processes, threads
+
+
+def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str, Any]]:
+    """``X`` events, plus ``B``/``E`` pairs matched per (pid, tid) into complete events."""
+    complete: list[dict[str, Any]] = []
+    open_spans: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for event in events:
+        if not isinstance(event, Mapping):
+            skipped["not an object"] += 1
+            continue
+        phase = event.get("ph")
+        if phase == "X":
+            if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
+                skipped["X event without numeric ts/dur"] += 1
+                continue
+            complete.append(dict(event))
+        elif phase == "B":
+            if _number(event.get("ts")) is None:
+                skipped["B event without numeric ts"] += 1
+                continue
+            open_spans.setdefault((event.get("pid"), event.get("tid")), []).append(event)
+        elif phase == "E":
+            stack = open_spans.get((event.get("pid"), event.get("tid")))
+            if not stack or _number(event.get("ts")) is None:
+                skipped["E event without a matching B"] += 1
+                continue
+            begin = stack.pop()
+            merged = dict(begin)
+            merged["ph"] = "X"
+            merged["dur"] = max(0.0, float(event["ts"]) - float(begin["ts"]))
+            complete.append(merged)
+    unended = sum(len(stack) for stack in open_spans.values())
+    if unended:
+        skipped["B event never ended"] += unended
+    return complete
+
+
+def _nest(ops: list[OpRecord]) -> None:
+    """Parents, depths, children and self times; ``ops`` sorted by (track, start, -duration)."""
+    stack: list[OpRecord] = []
+    track = None
+    for op in ops:
+        if op.track != track:
+            stack, track = [], op.track
+        while stack and op.start >= stack[-1].end - _EPS * max(1.0, abs(stack[-1].end)):
+            stack.pop()
+        while stack and op.end > stack[-1].end + 1e-9:
+            stack.pop()  # overlaps without nesting: not a child
+        if stack:
+            op.parent = stack[-1].index
+            op.depth = len(stack)
+            stack[-1].children.append(op.index)
+        stack.append(op)
+    for op in ops:
+        op.self_time = max(0.0, op.duration - sum(ops[c].duration for c in op.children))
+
+
+def _assign_steps(ops: list[OpRecord], steps: list[Step]) -> None:
+    """Each op gets the step whose interval holds its start (any track: autograd threads too)."""
+    if not steps:
+        return
+    starts = [s.start for s in steps]
+    for op in ops:
+        i = bisect.bisect_right(starts, op.start + 1e-12) - 1
+        if i >= 0 and op.start < steps[i].start + steps[i].duration + 1e-12:
+            op.step = steps[i].number
+
+
+def parse_trace(data: Any, source: str = "<trace>") -> Trace:
+    """Build a :class:`Trace` from parsed Chrome Trace JSON (an object with ``traceEvents`` or a list)."""
+    if isinstance(data, Mapping):
+        events = data.get("traceEvents")
+        if not isinstance(events, list):
+            raise TraceError(f"{source}: not a Chrome trace (a JSON object without a 'traceEvents' list)")
+        metadata = {k: v for k, v in data.items() if k != "traceEvents"}
+    elif isinstance(data, list):
+        events, metadata = data, {}
+    else:
+        raise TraceError(f"{source}: not a Chrome trace (expected a JSON object or list, got {type(data).__name__})")
+    skipped: Counter[str] = Counter()
+    processes, threads = _track_names(events)
+    complete = _complete_events(events, skipped)
+    if not complete:
+        raise TraceError(f"{source}: no complete ('X' or 'B'/'E') events: not a timeline trace?")
+    is_torch = (
+        "schemaVersion" in metadata
+        or "deviceProperties" in metadata
+        or any(e.get("cat") in ("cpu_op", "user_annotation") for e in complete)
+    )
+    origin = min(float(e["ts"]) for e in complete)
+    ops: list[OpRecord] = []
+    for event in complete:
+        pid, tid = event.get("pid"), event.get("tid")
+        track = f"{processes.get(pid, pid)}/{threads.get((pid, tid), tid)}"
+        args = event.get("args") if isinstance(event.get("args"), Mapping) else {}
+        name = str(event.get("name", ""))
+        category = str(event.get("cat", ""))
+        shapes = args.get("Input Dims")
+        dtypes = args.get("Input type")
+        concrete = args.get("Concrete Inputs")
+        ops.append(
+            OpRecord(
+                index=0,
+                name=name,
+                kind=classify(name, category),
+                start=(float(event["ts"]) - origin) * _US,
+                duration=float(event["dur"]) * _US,
+                track=track,
+                category=category,
+                shapes=list(shapes) if isinstance(shapes, list) else [],
+                dtypes=[str(t) for t in dtypes] if isinstance(dtypes, list) else [],
+                concrete=list(concrete) if isinstance(concrete, list) else [],
+                args=dict(args),
+            )
+        )
+    track_order = {t: i for i, t in enumerate(dict.fromkeys(op.track for op in ops))}
+    ops.sort(key=lambda op: (track_order[op.track], op.start, -op.duration, op.name))
+    for i, op in enumerate(ops):
+        op.index = i
+    _nest(ops)
+    steps = sorted(
+        (Step(int(m.group(1)), op.start, op.duration, op.track) for op in ops if (m := _STEP.match(op.name))),
+        key=lambda s: (s.start, s.number),
+    )
+    _assign_steps(ops, steps)
+    return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped))
+
+
+def read_trace(path: str | Path) -> Trace:
+    """Read a Chrome Trace Event JSON file (``.json`` or ``.json.gz``); raises :class:`TraceError`."""
+    path = Path(path)
+    return parse_trace(_load_json(path), str(path))

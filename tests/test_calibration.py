@@ -1,0 +1,344 @@
+"""Calibration files, the calibrated efficiency model, host facts and the calibrate command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simhpc.cli.main import main
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import (
+    SCHEMA_VERSION,
+    CalibrationError,
+    build_calibration,
+    host_specs,
+    host_warnings,
+    load_calibration,
+    validate,
+    write_calibration,
+)
+from simhpc.costs.kernels import Copy, Elementwise, Gemm, HashProbe, Reduction, Stencil
+from simhpc.costs.model import ConstantEfficiency, CostModel
+from simhpc.hardware import builtin_catalog
+from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "validation" / "calibration" / "host.json"
+
+HOST = HostFacts(
+    cpu_model="Test CPU 9000",
+    vendor="GenuineIntel",
+    architecture="x86_64",
+    logical_cpus=4,
+    cores=4,
+    sockets=1,
+    nominal_clock_hz=3e9,
+    isa_flags=("avx", "avx2", "avx512f", "fma"),
+    caches=(CacheInfo("L1D", 48 << 10), CacheInfo("L2", 2 << 20), CacheInfo("L3", 32 << 20, 4)),
+    memory_bytes=64 << 30,
+)
+CLOCK = 3e9
+PEAK32 = CLOCK * 16 * 2 * 2  # per core: 512-bit fp32 lanes x 2 FMA units x 2
+
+
+def _gemm_eff(m: int, n: int, k: int) -> float:
+    return 0.85 * (1 - math.exp(-min(m, n, k) / 48)) + 0.02
+
+
+def _bandwidth(size: int, threads: int) -> float:
+    return (200e9 if size < 1 << 20 else 60e9 if size < 32 << 20 else 12e9) * (1 + 0.6 * (threads - 1) / 3)
+
+
+def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
+    """A calibration whose every point follows a known formula."""
+    kernels: dict[str, list[dict]] = {
+        s: [] for s in ("gemm", "elementwise", "reduction", "bandwidth", "latency", "stencil", "hash_probe")
+    }
+    sizes = [4096 * 4**i for i in range(9)]
+    for dtype, lanes in (("fp32", 16), ("fp64", 8)):
+        for t in threads:
+            for m in (16, 64, 256, 1024):
+                for n in (16, 64, 256, 1024):
+                    for k in (16, 64, 256, 1024):
+                        for b in (1, 8) if m == n == k == 64 else (1,):
+                            flops = 2.0 * b * m * n * k
+                            time = flops / (_gemm_eff(m, n, k) * t * CLOCK * lanes * 4)
+                            kernels["gemm"].append(
+                                {
+                                    "dtype": dtype,
+                                    "threads": t,
+                                    "batch": b,
+                                    "m": m,
+                                    "n": n,
+                                    "k": k,
+                                    "time_s": time,
+                                    "spread_s": 0.0,
+                                }
+                            )
+    for t in threads:
+        for size in sizes:
+            for op in ("add", "tanh"):
+                kernels["elementwise"].append(
+                    {
+                        "op": op,
+                        "dtype": "fp32",
+                        "threads": t,
+                        "bytes": size,
+                        "time_s": size / _bandwidth(size, t) * (3 if op == "tanh" else 1),
+                    }
+                )
+            kernels["reduction"].append(
+                {
+                    "op": "sum",
+                    "dtype": "fp32",
+                    "threads": t,
+                    "bytes": size,
+                    "time_s": size / _bandwidth(size, t),
+                }
+            )
+            for op in ("copy", "triad"):
+                kernels["bandwidth"].append(
+                    {"op": op, "threads": t, "bytes": size, "time_s": size / _bandwidth(size, t)}
+                )
+        for blocks in (1, 64, 1024):
+            cells = blocks * 4096
+            kernels["stencil"].append(
+                {
+                    "threads": t,
+                    "cells": cells,
+                    "working_set": 2 * 8 * blocks * 18**3,
+                    "time_s": cells * 2e-9 / t,
+                }
+            )
+    for size in (16 << 10, 1 << 20, 16 << 20, 64 << 20, 128 << 20):
+        kernels["latency"].append(
+            {"bytes": size, "latency_s": 1e-9 if size < 1 << 20 else 20e-9 if size < 64 << 20 else 100e-9}
+        )
+    for size in (32 << 10, 128 << 20):
+        kernels["hash_probe"].append(
+            {
+                "variant": "linear",
+                "table_bytes": size,
+                "lines_per_probe": 1.25,
+                "time_s": 5e-9 if size < 1 << 20 else 125e-9,
+            }
+        )
+    probes = {"clock": {"clock_hz": CLOCK}, "fma": {"flops_per_s": PEAK32, "vector_bits": 512}}
+    return build_calibration(HOST, kernels, probes, {"suite_version": 1}, "2026-01-01T00:00:00Z")
+
+
+@pytest.fixture
+def cal_path(tmp_path: Path) -> Path:
+    path = tmp_path / "cal.json"
+    write_calibration(synthetic(), path)
+    return path
+
+
+def test_derived_host_figures(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    derived = cal.derived
+    assert derived["fma_units"] == 2 and derived["vector_bits"] == 512
+    assert cal.peak_flops("fp32", 1) == pytest.approx(PEAK32)
+    assert cal.peak_flops("fp64", 4) == pytest.approx(4 * PEAK32 / 2)
+    assert derived["memory_bandwidth"] == pytest.approx(12e9 * 1.6)
+    assert derived["core_bandwidth"] == pytest.approx(12e9)
+    assert derived["memory_latency"] == pytest.approx(100e-9)
+    assert 1e-9 <= derived["cache_latency"]["L1D"] < 2e-9 < derived["cache_latency"]["L2"]
+    assert derived["cache_latency"]["L3"] == pytest.approx(20e-9)
+    # one core's modelled bandwidth matches the measured one (Little's law)
+    assert cal.model_bandwidth(1) == pytest.approx(12e9, rel=0.05)
+
+
+def test_calibrated_model_reproduces_measured_points(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, node = host_specs(cal)
+    assert cpu.simd.isa == "avx512" and cpu.cores == 4 and node.cpu is cpu
+    model = CostModel(CalibratedEfficiency(cal, gemm_method="linear"))
+    smooth = CostModel(CalibratedEfficiency(cal))  # the default RBF averages neighbours a little
+    for row in cal.rows("gemm")[::7]:
+        kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
+        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-6)
+        assert smooth.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.15)
+    for row in cal.rows("elementwise"):
+        n = row["bytes"] // 12
+        kernel = Elementwise(dtype="fp32", n=n, op=row["op"], inputs=2, outputs=1)
+        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-3)
+    for row in cal.rows("reduction"):
+        kernel = Reduction(dtype="fp32", n=row["bytes"] // 4 - 1, outputs=1)
+        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-3)
+    copy = next(r for r in cal.rows("bandwidth") if r["op"] == "copy" and r["threads"] == 1)
+    assert model.duration(Copy(nbytes=copy["bytes"] / 2), cpu, 1) == pytest.approx(copy["time_s"], rel=1e-3)
+    stencil = cal.rows("stencil")[1]
+    assert model.duration(Stencil(dtype="fp64", cells=stencil["cells"]), cpu, stencil["threads"]) == pytest.approx(
+        stencil["time_s"], rel=1e-2
+    )
+    probe = HashProbe(probes=1000, table_bytes=128 << 20, lines=1.25)
+    assert model.duration(probe, cpu, 1) == pytest.approx(1000 * 125e-9, rel=1e-3)
+
+
+def test_interpolation_between_points(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal))
+    low = model.duration(Gemm(dtype="fp32", m=256, n=256, k=256), cpu, 1)
+    high = model.duration(Gemm(dtype="fp32", m=1024, n=256, k=256), cpu, 1)
+    middle = model.duration(Gemm(dtype="fp32", m=512, n=256, k=256), cpu, 1)
+    assert low < middle < high
+    # thread counts between measured ones blend the fractions of peak
+    one = CalibratedEfficiency(cal).efficiency(Gemm(dtype="fp32", m=512, n=512, k=512), cpu, 1)[0]
+    four = CalibratedEfficiency(cal).efficiency(Gemm(dtype="fp32", m=512, n=512, k=512), cpu, 4)[0]
+    two = CalibratedEfficiency(cal).efficiency(Gemm(dtype="fp32", m=512, n=512, k=512), cpu, 2)[0]
+    assert min(one, four) - 1e-12 <= two <= max(one, four) + 1e-12
+    # transcendental ops use their own curve; unknown elementwise ops the memory-bound 'add' one
+    tanh = model.duration(Elementwise(dtype="fp32", n=1 << 20, op="tanh_backward"), cpu, 1)
+    add = model.duration(Elementwise(dtype="fp32", n=1 << 20, op="threshold_backward"), cpu, 1)
+    assert tanh == pytest.approx(3 * add, rel=1e-6)
+    # out-of-range sizes clamp to the nearest measured rate instead of extrapolating
+    huge = Elementwise(dtype="fp32", n=1 << 30, op="add")
+    assert model.duration(huge, cpu, 1) == pytest.approx(huge.bytes() / 12e9, rel=1e-3)
+
+
+def test_other_devices_fall_back(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    a100 = builtin_catalog().gpus["a100"]
+    gemm = Gemm(dtype="fp16", m=4096, n=4096, k=4096)
+    assert CalibratedEfficiency(cal).efficiency(gemm, a100, None) == ConstantEfficiency().efficiency(gemm, a100, None)
+    # another CPU gets the host's fractions of peak
+    spr = builtin_catalog().cpus["spr-8480"]
+    fraction = CalibratedEfficiency(cal).efficiency(Gemm(dtype="fp64", m=1024, n=1024, k=1024), spr, 8)[0]
+    assert fraction == pytest.approx(_gemm_eff(1024, 1024, 1024), rel=1e-6)
+
+
+def test_host_warnings(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    assert host_warnings(cal, HOST, 1) == []
+    other = HostFacts(**{**HOST.__dict__, "cpu_model": "Other CPU", "isa_flags": ("avx2",)})
+    [warning] = host_warnings(cal, other, 1)
+    assert "another machine" in warning and "cpu_model" in warning and "isa_flags" in warning
+    [stale] = host_warnings(cal, HOST, 2)
+    assert "stale" in stale
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "schema version"),
+        (lambda d: d.update(schema="chrome"), "not a simhpc calibration"),
+        (lambda d: d["derived"].update(clock_hz=-1), "derived.clock_hz"),
+        (lambda d: d["kernels"]["gemm"][3].pop("time_s"), "kernels.gemm.3.time_s"),
+        (lambda d: d["kernels"].update(gemm=[]), "no GEMM points"),
+        (lambda d: d["kernels"].update(bogus=[]), "unknown section"),
+        (lambda d: d["host"].update(cores="two"), "host.cores"),
+    ],
+)
+def test_malformed_calibrations(mutate, message: str) -> None:
+    data = synthetic()
+    mutate(data)
+    with pytest.raises(CalibrationError, match=message):
+        validate(data, "cal.json")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "not valid JSON"),
+        (b'{"schema": "simhpc-calibration", "schema_ver', "truncated"),
+        (b"\x89PNG\r\n", "cannot read|not valid"),
+        (b'{"traceEvents": []}', "not a simhpc calibration"),
+        (b"[1, 2]", "not a simhpc calibration"),
+    ],
+)
+def test_bad_calibration_files(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "cal.json"
+    path.write_bytes(content)
+    with pytest.raises(CalibrationError, match=message):
+        load_calibration(path)
+
+
+def test_cli_bad_calibration_exits_2(tmp_path: Path) -> None:
+    trace = next((ROOT / "validation" / "traces" / "captures").glob("mlp_t1.json*"))
+    bad = tmp_path / "cal.json"
+    bad.write_text('{"schema": "simhpc-calibration", "schema_version": 1, "host"')
+    result = CliRunner().invoke(main, ["compare", str(trace), "--calibration", str(bad)])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and result.output.count("\n") == 1
+    missing = CliRunner().invoke(main, ["compare", str(trace), "--calibration", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2 and "no such calibration file" in missing.output
+
+
+def test_cli_foreign_calibration_warns(tmp_path: Path, cal_path: Path) -> None:
+    trace = next((ROOT / "validation" / "traces" / "captures").glob("mlp_t1.json*"))
+    result = CliRunner().invoke(
+        main, ["compare", str(trace), "--calibration", str(cal_path), "--json", "-o", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.stderr and "another machine" in result.stderr
+    assert json.loads(result.stdout)["ops_total"] > 0
+
+
+def test_detect_host() -> None:
+    facts = detect_host()
+    assert facts.cores >= 1 and facts.logical_cpus >= facts.cores
+    assert set(facts.fingerprint()) == {"cpu_model", "cores", "isa_flags"}
+    assert HostFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
+
+
+def test_committed_calibration_is_the_catalog_host() -> None:
+    cal = load_calibration(COMMITTED)
+    catalog = builtin_catalog()
+    assert "host" in catalog.cpus and catalog.nodes["host-node"].cpu == catalog.cpus["host"]
+    assert host_catalog_entries(COMMITTED)["cpus"]["host"]["clock"] == cal.derived["clock_hz"]
+    cpu = catalog.cpus["host"]
+    model = CostModel(CalibratedEfficiency(cal, gemm_method="linear"))
+    for row in cal.rows("gemm")[::25]:
+        kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
+        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.02)
+    assert cal.data["microbench"]["profile"] == "full"
+    assert cal.data["microbench"]["wall_time_s"] < 180
+
+
+def test_microbench_timing_summary() -> None:
+    from simhpc.costs.benchsuite import load_submodule
+
+    timing = load_submodule("timing")
+    result = timing.summarize([3.0, 1.0, 2.0, 10.0, 2.5], 4)
+    assert result.median_s == 2.5 and result.min_s == 1.0 and result.calls_per_sample == 4
+    assert result.spread_s > 0
+
+
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or importlib.util.find_spec("threadpoolctl") is None,
+    reason="needs gcc and threadpoolctl",
+)
+def test_calibrate_quick_writes_a_valid_file(tmp_path: Path) -> None:
+    output = tmp_path / "quick.json"
+    result = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    cal = load_calibration(output)
+    assert cal.data["microbench"]["profile"] == "quick"
+    assert {"gemm", "elementwise", "reduction", "bandwidth", "latency", "stencil", "hash_probe"} <= set(
+        cal.data["kernels"]
+    )
+    assert cal.host.fingerprint() == detect_host().fingerprint()
+    assert all(row["time_s"] > 0 and row["spread_s"] >= 0 for row in cal.rows("gemm"))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_kernel_library_leaves_floating_point_state_alone() -> None:
+    """Built with -ffast-math but not linked with it: no process-wide flush-to-zero."""
+    import numpy as np
+
+    from simhpc.costs.benchsuite import load_submodule
+
+    load_submodule("native").library().clock_probe(1000, 2)
+    assert (np.array([1e-310]) * np.array([1.0]))[0] > 0
+
+
+def test_calibrate_bad_output_folder(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(tmp_path / "no" / "such" / "c.json")])
+    assert result.exit_code == 2 and "does not exist" in result.output

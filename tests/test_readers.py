@@ -1,0 +1,140 @@
+"""Trace readers: Chrome JSON nesting, B/E pairs, profiler steps, bad input, committed captures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simhpc.cli.main import main
+from simhpc.trace.readers import TraceError, parse_trace, read_trace
+
+CAPTURES = Path(__file__).resolve().parents[1] / "validation" / "traces" / "captures"
+
+
+def _x(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", **args: object) -> dict:
+    return {"ph": "X", "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "cat": cat, "args": args}
+
+
+def test_nesting_parent_children_and_self_time() -> None:
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "main"}},
+        _x("aten::linear", 100, 50),
+        _x("aten::t", 101, 2),
+        _x("aten::addmm", 105, 40),
+        _x("aten::copy_", 106, 10),
+        _x("aten::relu", 160, 5),
+    ]
+    trace = parse_trace({"traceEvents": events}, "mem")
+    by_name = {op.name: op for op in trace.ops}
+    linear, addmm, copy = by_name["aten::linear"], by_name["aten::addmm"], by_name["aten::copy_"]
+    assert trace.format == "torch.profiler"
+    assert linear.parent is None and linear.depth == 0
+    assert addmm.parent == linear.index and copy.parent == addmm.index and copy.depth == 2
+    assert sorted(trace.ops[c].name for c in linear.children) == ["aten::addmm", "aten::t"]
+    assert linear.self_time == pytest.approx((50 - 2 - 40) * 1e-6)
+    assert addmm.self_time == pytest.approx(30e-6)
+    assert by_name["aten::relu"].parent is None
+    assert addmm.start == pytest.approx(5e-6)  # seconds from the first event
+    assert addmm.track == "python/main"
+
+
+def test_begin_end_pairs_become_complete_events() -> None:
+    events = [
+        {"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": 0},
+        {"ph": "B", "name": "inner", "pid": 1, "tid": 1, "ts": 2},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 5},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 11},
+    ]
+    trace = parse_trace(events, "list")
+    assert trace.format == "chrome"
+    inner = next(op for op in trace.ops if op.name == "inner")
+    assert inner.duration == pytest.approx(3e-6) and inner.parent is not None
+    assert trace.skipped == {"E event without a matching B": 1}
+
+
+def test_profiler_steps_are_recognised() -> None:
+    events = [
+        _x("ProfilerStep#5", 0, 100, cat="user_annotation"),
+        _x("aten::mm", 10, 20),
+        _x("ProfilerStep#6", 100, 100, cat="user_annotation"),
+        _x("aten::mm", 120, 20),
+        _x("aten::mm", 150, 10, tid=2),
+    ]
+    trace = parse_trace({"traceEvents": events}, "mem")
+    assert [s.number for s in trace.steps] == [5, 6]
+    steps = sorted((op.track, op.start, op.step) for op in trace.ops if op.name == "aten::mm")
+    assert [s[2] for s in steps] == [5, 6, 6]  # the other thread's op falls in step 6 by time
+
+
+def test_malformed_events_are_counted_not_dropped_silently() -> None:
+    events = [_x("a", 0, 1), {"ph": "X", "name": "bad", "ts": "soon"}, 3]
+    trace = parse_trace({"traceEvents": events}, "mem")
+    assert len(trace.ops) == 1
+    assert trace.skipped == {"X event without numeric ts/dur": 1, "not an object": 1}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x00\x01garbage", "not valid JSON"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur"', "not valid JSON"),
+        (b'{"schema": "simhpc-calibration"}', "not a Chrome trace"),
+        (b"[1, 2, 3]", "no complete"),
+        (b'"text"', "not a Chrome trace"),
+    ],
+)
+def test_bad_files_raise_trace_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        read_trace(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no such trace file"):
+        read_trace(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"traceEvents": [', b'{"hello": 1}', b"\xff\xfe"])
+def test_cli_bad_trace_exits_2_with_one_line(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["compare", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert "Traceback" not in result.output
+
+
+def test_gzip_traces(tmp_path: Path) -> None:
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": [_x("aten::mm", 0, 3)]}).encode()))
+    assert read_trace(path).ops[0].name == "aten::mm"
+
+
+def _captures() -> list[Path]:
+    return sorted(CAPTURES.glob("*.json*"))
+
+
+def test_committed_captures_exist() -> None:
+    names = {p.name.split(".")[0] for p in _captures()}
+    assert {"mlp_t1", "mlp_t2", "transformer_t1", "transformer_t2", "cnn_t1", "cnn_t2"} <= names
+
+
+@pytest.mark.parametrize("path", _captures(), ids=lambda p: p.name)
+def test_committed_captures_read(path: Path) -> None:
+    trace = read_trace(path)
+    assert trace.format == "torch.profiler"
+    assert len(trace.steps) == 5
+    assert trace.metadata["num_threads"] in (1, 2)
+    gemms = [op for op in trace.ops if op.kind in ("gemm", "conv") and op.step is not None]
+    assert gemms and all(op.shapes for op in gemms)
+    assert all(op.self_time <= op.duration + 1e-12 for op in trace.ops)
+    for step in trace.steps:  # ops of a step lie inside it
+        inside = [op for op in trace.ops if op.step == step.number and op.kind != "step"]
+        assert inside and all(op.start >= step.start - 1e-9 for op in inside)

@@ -1,0 +1,78 @@
+"""GEMM through numpy's BLAS: float32 and float64, 1 thread and all threads.
+
+Shapes: a log-spaced (m, n, k) grid (16 .. 4096 per dimension, at most 0.5 GFLOP per call, plus a 1024^3 square) that
+covers square, skinny and small products; extra squares; the DeepMD embedding-net
+(1 -> 25 -> 50 -> 100 per neighbour) and fitting-net (descriptor -> 240 -> 240 -> 240 -> 1)
+shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``).
+BLAS threads are set with threadpoolctl.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from .timing import Budget, measure_python
+
+DTYPES = {"fp32": np.float32, "fp64": np.float64}
+GRID = (16, 64, 256, 1024, 4096)
+MAX_MNK = 2**28
+SQUARES = (8, 24, 32, 48, 96, 128, 192, 384, 512, 768, 1024)
+DEEPMD = (
+    # embedding net, rows = neighbours x atoms: (m, n, k)
+    *((rows, n, k) for rows in (1024, 8192) for k, n in ((1, 25), (25, 50), (50, 100))),
+    # fitting net, rows = atoms; descriptor 100 x 16 = 1600 wide
+    *((rows, n, k) for rows in (256, 2048) for k, n in ((1600, 240), (240, 240), (240, 1))),
+)
+BATCHED = tuple((b, m, n, k) for b in (8, 64) for m, n, k in ((64, 64, 64), (256, 256, 64), (256, 64, 256)))
+QUICK_SHAPES = ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 64, 16), (8, 64, 64, 64))
+
+
+def shapes(quick: bool = False) -> list[tuple[int, int, int, int]]:
+    """(batch, m, n, k) of every measured product, deduplicated, in a fixed order."""
+    if quick:
+        return list(QUICK_SHAPES)
+    found: list[tuple[int, int, int, int]] = []
+    grid = ((1, m, n, k) for m, n, k in itertools.product(GRID, GRID, GRID) if m * n * k <= MAX_MNK)
+    squares = ((1, s, s, s) for s in SQUARES)
+    deepmd = ((1, m, n, k) for m, n, k in DEEPMD)
+    for shape in itertools.chain(grid, squares, deepmd, BATCHED):
+        if shape not in found:
+            found.append(shape)
+    return found
+
+
+@contextmanager
+def blas_threads(threads: int) -> Iterator[None]:
+    """Limit numpy's BLAS to ``threads`` threads inside the block."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        raise RuntimeError("threadpoolctl is needed to set BLAS threads: pip install threadpoolctl") from None
+    with threadpool_limits(limits=threads, user_api="blas"):
+        yield
+
+
+def measure_gemm(batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget) -> dict:
+    """Time ``C = A @ B`` once per call (``np.matmul`` with ``out=``) and return a record."""
+    rng = np.random.default_rng(0)
+    lead = (batch,) if batch > 1 else ()
+    a = rng.standard_normal((*lead, m, k)).astype(DTYPES[dtype])
+    b = rng.standard_normal((*lead, k, n)).astype(DTYPES[dtype])
+    c = np.empty((*lead, m, n), dtype=DTYPES[dtype])
+    with blas_threads(threads):
+        result = measure_python(lambda: np.matmul(a, b, out=c), budget)
+    flops = 2.0 * batch * m * n * k
+    return {
+        "dtype": dtype,
+        "threads": threads,
+        "batch": batch,
+        "m": m,
+        "n": n,
+        "k": k,
+        **result.row(),
+        "flops_per_s": flops / result.median_s,
+    }

@@ -1,0 +1,121 @@
+"""Run every microbenchmark and collect the measured points of a calibration file.
+
+:func:`plan` lists the points (one task each, so a progress bar knows the total);
+:func:`run` times them in order and returns the ``kernels`` and ``probes`` sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from . import gemm, hashprobe, latency, stencil, streams
+from .timing import FULL, QUICK, Budget
+
+SUITE_VERSION = 1
+"""Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One measured point: ``section`` of the calibration file it goes to, a label, the call."""
+
+    section: str
+    label: str
+    call: Callable[[], dict[str, Any]]
+
+
+def _threads_list(cores: int) -> list[int]:
+    return [1] if cores <= 1 else [1, cores]
+
+
+def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
+    """Every point to measure: ``cores`` threads besides 1; pointer chase up to 4 x ``llc_bytes``."""
+    budget: Budget = QUICK if quick else FULL
+    threads = _threads_list(cores)
+    tasks: list[Task] = []
+    repeats = 3
+    tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
+    tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
+    for dtype in gemm.DTYPES:
+        for t in threads:
+            for batch, m, n, k in gemm.shapes(quick):
+                label = f"gemm {dtype} {t}t {batch}x{m}x{n}x{k}"
+                tasks.append(Task("gemm", label, partial(gemm.measure_gemm, batch, m, n, k, dtype, t, budget)))
+    sizes = streams.QUICK_SIZES if quick else streams.SIZES
+    dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
+    for op in streams.ELEMENTWISE_OPS:
+        for dtype in dtypes:
+            for t in threads:
+                for size in sizes:
+                    tasks.append(
+                        Task(
+                            "elementwise",
+                            f"{op} {dtype} {t}t {size} B",
+                            partial(streams.measure_elementwise, op, dtype, size, t, budget),
+                        )
+                    )
+    for op in streams.REDUCTION_OPS:
+        for dtype in dtypes:
+            for t in threads:
+                for size in sizes:
+                    tasks.append(
+                        Task(
+                            "reduction",
+                            f"{op} {dtype} {t}t {size} B",
+                            partial(streams.measure_reduction, op, dtype, size, t, budget),
+                        )
+                    )
+    for op in streams.BANDWIDTH_OPS:
+        for t in threads:
+            for size in sizes:
+                tasks.append(
+                    Task(
+                        "bandwidth",
+                        f"{op} {t}t {size} B",
+                        partial(streams.measure_bandwidth, op, size, t, budget),
+                    )
+                )
+    for size in latency.chase_sizes(llc_bytes, quick):
+        tasks.append(Task("latency", f"pointer chase {size} B", partial(latency.measure_chase, size, repeats)))
+    for t in threads:
+        for blocks in stencil.QUICK_BLOCKS if quick else stencil.BLOCKS:
+            tasks.append(
+                Task(
+                    "stencil",
+                    f"stencil {t}t {blocks} blocks",
+                    partial(stencil.measure_stencil, blocks, t, budget),
+                )
+            )
+    for variant in hashprobe.VARIANTS:
+        for size in hashprobe.QUICK_TABLE_BYTES if quick else hashprobe.TABLE_BYTES:
+            tasks.append(
+                Task(
+                    "hash_probe",
+                    f"hash {variant} {size} B",
+                    partial(hashprobe.measure_hash, variant, size, repeats),
+                )
+            )
+    return tasks
+
+
+def run(tasks: list[Task], progress: Progress | None = None) -> dict[str, Any]:
+    """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...}}``.
+
+    ``progress(label)`` is called before each task.
+    """
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    probes: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        if progress:
+            progress(task.label)
+        row = task.call()
+        if task.section == "probes":
+            probes[task.label] = row
+        else:
+            kernels.setdefault(task.section, []).append(row)
+    return {"kernels": kernels, "probes": probes}

@@ -1,0 +1,95 @@
+"""Streaming kernels in C: elementwise maps, reductions and STREAM copy/triad.
+
+Sizes are working sets (bytes of all arrays touched) from 4 KiB, inside L1, to 256 MiB, well
+past any last-level cache, in steps of 4x. Bytes are counted STREAM-style: each array once
+(read or write), no write-allocate traffic.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .native import library
+from .timing import Budget, measure_native
+
+SIZES = tuple(4096 * 4**i for i in range(9))  # 4 KiB .. 256 MiB
+QUICK_SIZES = (16384, 1 << 20)
+ELEMENTWISE_OPS = ("add", "mul", "tanh", "exp", "gelu")
+REDUCTION_OPS = ("sum", "max")
+BANDWIDTH_OPS = {"copy": 2, "triad": 3}
+DTYPES = {"fp32": (np.float32, "f32"), "fp64": (np.float64, "f64")}
+
+
+def _ptr(array: np.ndarray) -> int:
+    return array.ctypes.data
+
+
+def _arrays(count: int, n: int, dtype: type) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    return [rng.uniform(-2.0, 2.0, n).astype(dtype) for _ in range(count)]
+
+
+def measure_elementwise(op: str, dtype: str, working_set: int, threads: int, budget: Budget) -> dict:
+    """``c = f(a, b)`` (``f(a)`` for tanh, exp, gelu) over arrays filling ``working_set``."""
+    np_type, suffix = DTYPES[dtype]
+    size = np.dtype(np_type).itemsize
+    n = max(16, working_set // (3 * size))
+    a, b, c = _arrays(3, n, np_type)
+    function = getattr(library(), f"ew_{op}_{suffix}")
+    result = measure_native(lambda reps: function(_ptr(a), _ptr(b), _ptr(c), n, reps, threads), budget)
+    moved = (3 if op in ("add", "mul") else 2) * n * size
+    return {
+        "op": op,
+        "dtype": dtype,
+        "threads": threads,
+        "n": n,
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
+    }
+
+
+def measure_reduction(op: str, dtype: str, working_set: int, threads: int, budget: Budget) -> dict:
+    """Reduce one array of ``working_set`` bytes to a scalar."""
+    np_type, suffix = DTYPES[dtype]
+    size = np.dtype(np_type).itemsize
+    n = max(16, working_set // size)
+    (a,) = _arrays(1, n, np_type)
+    out = ctypes.c_double()
+    function = getattr(library(), f"red_{op}_{suffix}")
+    result = measure_native(lambda reps: function(_ptr(a), n, reps, threads, ctypes.byref(out)), budget)
+    moved = n * size
+    return {
+        "op": op,
+        "dtype": dtype,
+        "threads": threads,
+        "n": n,
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
+    }
+
+
+def measure_bandwidth(op: str, working_set: int, threads: int, budget: Budget) -> dict:
+    """STREAM copy (``b = a``) or triad (``a = b + s c``) over float64 arrays."""
+    arrays = BANDWIDTH_OPS[op]
+    n = max(16, working_set // (arrays * 8))
+    data = _arrays(arrays, n, np.float64)
+    lib = library()
+    if op == "copy":
+        result = measure_native(lambda reps: lib.bw_copy(_ptr(data[0]), _ptr(data[1]), n, reps, threads), budget)
+    else:
+        result = measure_native(
+            lambda reps: lib.bw_triad(_ptr(data[0]), _ptr(data[1]), _ptr(data[2]), n, reps, threads), budget
+        )
+    moved = arrays * n * 8
+    return {
+        "op": op,
+        "threads": threads,
+        "n": n,
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
+    }

@@ -1,0 +1,124 @@
+"""Capture real torch.profiler traces of small models on this CPU (validation only; needs torch).
+
+Models: an MLP, a transformer encoder layer and a small CNN, each trained with SGD for a few
+steps at 1 and 2 (by default) intra-op threads. Each run is profiled with
+``record_shapes=True`` after one wait and one warm-up step, and exported with
+``export_chrome_trace``; the thread count is added as the top-level ``num_threads`` key.
+
+    .venv/bin/python validation/traces/capture.py [--out DIR] [--models mlp,transformer,cnn]
+        [--threads 1,2] [--steps 5]
+
+The package never imports torch; only this script does. It re-executes itself with glibc's malloc
+told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
+CPU tuning guides advise (they suggest jemalloc or tcmalloc to the same end): otherwise large op
+outputs keep coming fresh from the kernel, and on this VM their first-touch page faults (about
+5 us per 4 KiB page) cost more than the ops themselves. The cost model does not model page faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+
+HERE = Path(__file__).resolve().parent
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
+
+
+def mlp() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """512 -> 2048 -> 2048 -> 512 with GELU, batch 256, MSE loss."""
+    model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 512))
+    x, y = torch.randn(256, 512), torch.randn(256, 512)
+    return model, lambda: (x, y), nn.functional.mse_loss
+
+
+def transformer() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """One encoder layer, d_model 256, 4 heads, feed-forward 1024, batch 16 x 128 tokens, no dropout
+    (PyTorch's CPU random-number generators are serial and no microbenchmark covers them)."""
+    model = nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0, batch_first=True)
+    x, y = torch.randn(16, 128, 256), torch.randn(16, 128, 256)
+    return model, lambda: (x, y), nn.functional.mse_loss
+
+
+def cnn() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Three 3x3 conv + ReLU stages (the last two stride 2, no pooling) and a linear classifier on
+    64 x 3 x 32 x 32 images."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * 8 * 8, 10),
+    )
+    x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
+MODELS = {"mlp": mlp, "transformer": transformer, "cnn": cnn}
+
+
+def capture(name: str, threads: int, steps: int, target: Path) -> Path:
+    """Train ``name`` for ``steps`` profiled steps on ``threads`` threads; write its trace to ``target``."""
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    model, batch, loss_fn = MODELS[name]()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    plan = schedule(wait=1, warmup=1, active=steps, repeat=1)
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=plan)
+    prof.preset_metadata_json("num_threads", json.dumps(threads))
+    prof.preset_metadata_json(
+        "simhpc_capture",
+        json.dumps({"model": name, "threads": threads, "steps": steps, "torch": torch.__version__}),
+    )
+    with prof:
+        for _ in range(steps + 2):
+            x, y = batch()
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.suffix == ".gz":
+            with raw.open("rb") as source, gzip.GzipFile(target, "wb", mtime=0) as sink:
+                shutil.copyfileobj(source, sink)
+        else:
+            shutil.copyfile(raw, target)
+    return target
+
+
+def main() -> None:
+    if any(os.environ.get(key) != value for key, value in MALLOC_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE / "captures")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--gzip", action="store_true", help="write .json.gz")
+    args = parser.parse_args()
+    for name in args.models.split(","):
+        for threads in (int(t) for t in args.threads.split(",")):
+            suffix = ".json.gz" if args.gzip else ".json"
+            path = capture(name, threads, args.steps, args.out / f"{name}_t{threads}{suffix}")
+            print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Compare every capture with a calibration and print a Markdown table (for validation/README.md).
+
+    .venv/bin/python validation/traces/report.py [--calibration FILE] [CAPTURE ...]
+
+Defaults: the committed ``validation/calibration/host.json`` and every file in ``captures/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import host_specs, load_calibration
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import compare_trace
+from simhpc.trace.readers import read_trace
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calibration", type=Path, default=HERE.parent / "calibration" / "host.json")
+    parser.add_argument("captures", nargs="*", type=Path)
+    args = parser.parse_args()
+    cal = load_calibration(args.calibration)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal))
+    captures = args.captures or sorted((HERE / "captures").glob("*.json*"))
+    print(
+        "| capture | threads | measured step | predicted step | step error | GEMM MAPE (ops) | conv MAPE (ops) "
+        "| ops modelled |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in captures:
+        trace = read_trace(path)
+        threads = trace.metadata.get("num_threads") or cal.host.cores
+        result = compare_trace(trace, model, cpu, threads)
+        name = path.name.split(".")[0]
+        cells = []
+        for kind in ("gemm", "conv"):
+            row = result.kinds.get(kind)
+            cells.append(f"{row['mape_pct']:.1f} % ({row['ops']})" if row else "-")
+        print(
+            f"| {name} | {threads} | {result.measured_step_s * 1e3:.1f} ms | {result.predicted_step_s * 1e3:.1f} ms "
+            f"| {result.step_error_pct:+.1f} % | {cells[0]} | {cells[1]} | {result.ops_modelled}/{result.ops_total} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
