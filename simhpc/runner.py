@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,21 @@ class RunResult:
     wall_time_s: float
 
 
+@cache
 def default_cost_model() -> CostModel:
-    """The cost model runs use: calibrated from the committed host calibration when present."""
+    """The cost model runs use.
+
+    Kernel efficiencies are interpolated from the committed host calibration
+    (``validation/calibration/host.json``) for the host CPU and the CPUs its fractions transfer
+    to; GPUs, and every device when no calibration is committed, use :class:`ConstantEfficiency`.
+    """
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import CalibrationError, load_calibration
+
     try:
-        from simhpc.costs.calibration import default_efficiency  # type: ignore[attr-defined]
-    except ImportError:
+        return CostModel(CalibratedEfficiency(load_calibration()))
+    except CalibrationError:
         return CostModel()
-    return CostModel(default_efficiency())
 
 
 def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulation, Workload]:
