@@ -229,6 +229,8 @@ def test_host_warnings(cal_path: Path) -> None:
     "mutate, message",
     [
         (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "schema version"),
+        (lambda d: d.update(schema_version=0), "reads versions 1, 2"),
+        (lambda d: d["kernels"]["gemm"][2].update(blas="eigen"), "kernels.gemm.2.blas"),
         (lambda d: d.update(schema="chrome"), "not a simhpc calibration"),
         (lambda d: d["derived"].update(clock_hz=-1), "derived.clock_hz"),
         (lambda d: d["kernels"]["gemm"][3].pop("time_s"), "kernels.gemm.3.time_s"),
@@ -281,6 +283,34 @@ def test_cli_foreign_calibration_warns(tmp_path: Path, cal_path: Path) -> None:
     assert json.loads(result.stdout)["ops_total"] > 0
 
 
+def test_gemm_backends(tmp_path: Path) -> None:
+    """Version 2 keys GEMM points by BLAS; version 1 files (no ``blas``) load as numpy points."""
+    data = synthetic()
+    old = json.loads(json.dumps(data))
+    old["schema_version"] = 1
+    cal_old = validate(old, "old.json")
+    assert cal_old.gemm_backends() == ["numpy"]
+    with pytest.raises(ValueError, match="no GEMM points measured through 'torch'"):
+        CalibratedEfficiency(cal_old, blas="torch")
+    torch_rows = [dict(row, blas="torch", time_s=row["time_s"] * 1.5) for row in data["kernels"]["gemm"]]
+    data["kernels"]["gemm"] = [dict(row, blas="numpy") for row in data["kernels"]["gemm"]] + torch_rows
+    cal = validate(data, "cal.json")
+    assert cal.gemm_backends() == ["numpy", "torch"]
+    cpu, _ = host_specs(cal)
+    kernel = Gemm(dtype="fp32", m=256, n=256, k=256)
+    numpy_time = CostModel(CalibratedEfficiency(cal, gemm_method="linear")).duration(kernel, cpu, 4)
+    torch_time = CostModel(CalibratedEfficiency(cal, gemm_method="linear", blas="torch")).duration(kernel, cpu, 4)
+    assert torch_time == pytest.approx(1.5 * numpy_time, rel=1e-6)
+    trace = next((ROOT / "validation" / "traces" / "captures").glob("mlp_t1.json*"))
+    path = tmp_path / "old.json"
+    write_calibration(old, path)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["compare", str(trace), "--calibration", str(path), "--blas", "torch"])
+    assert refused.exit_code == 2 and "no GEMM points measured through torch" in refused.output
+    args = ["compare", str(trace), "--calibration", str(path), "--json", "-o", str(tmp_path / "o")]
+    assert json.loads(runner.invoke(main, args).stdout)["blas"] == "numpy"  # default: what the file has
+
+
 def test_detect_host() -> None:
     facts = detect_host()
     assert facts.cores >= 1 and facts.logical_cpus >= facts.cores
@@ -294,10 +324,12 @@ def test_committed_calibration_is_the_catalog_host() -> None:
     assert "host" in catalog.cpus and catalog.nodes["host-node"].cpu == catalog.cpus["host"]
     assert host_catalog_entries(COMMITTED)["cpus"]["host"]["clock"] == cal.derived["clock_hz"]
     cpu = catalog.cpus["host"]
-    model = CostModel(CalibratedEfficiency(cal, gemm_method="linear"))
-    for row in cal.rows("gemm")[::25]:
-        kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
-        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.02)
+    assert cal.gemm_backends() == ["numpy", "torch"]
+    for blas in cal.gemm_backends():
+        model = CostModel(CalibratedEfficiency(cal, gemm_method="linear", blas=blas))
+        for row in [r for r in cal.rows("gemm") if r["blas"] == blas][::25]:
+            kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
+            assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.02)
     assert cal.data["microbench"]["profile"] == "full"
     assert cal.data["microbench"]["wall_time_s"] < 180
 

@@ -194,35 +194,70 @@ def _capture(name: str) -> Path:
     return next(CAPTURES.glob(f"{name}.json*"))
 
 
+TARGET_PCT = 15.0
+"""The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
+
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "mlp_t1": (-32.6, 27.5),
-    "mlp_t2": (-5.1, 9.0),
-    "transformer_t1": (-31.1, 22.8),
-    "transformer_t2": (-24.7, 19.1),
-    "cnn_t1": (-36.6, 71.5),
-    "cnn_t2": (-33.4, 44.6),
+    "cnn_t1": (-2.6, 51.1),
+    "cnn_t2": (-53.3, 56.3),
+    "mlp_t1": (-11.2, 14.8),
+    "mlp_t2": (-11.7, 21.3),
+    "transformer_t1": (-22.1, 15.5),
+    "transformer_t2": (-20.8, 18.1),
 }
+MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
+    "cnn_t1": "GEMM MAPE 51 %: the classifier's GEMMs have n or m = 10, below the smallest measured dimension "
+    "(16), and run 2-4x slower in MKL than the nearest points predict",
+    "cnn_t2": "step -53 %: the 2-thread capture ran only 1.2x faster than 1 thread (81 vs 96 ms; a busy neighbour), "
+    "the calibration expects 2x; GEMM MAPE 56 % as cnn_t1",
+    "mlp_t2": "GEMM MAPE 21 %: ops whose transposed-A layout (aten::mm 2048x512x256) runs 33 % slower than the "
+    "NN-layout points, and 2-thread noise",
+    "transformer_t1": "step -22 %: flash attention (-38 %) and the unmodelled permuting copies; GEMM MAPE 15.5 %",
+    "transformer_t2": "step -21 % (as transformer_t1); GEMM MAPE 18 %",
+}
+_SUMMARIES: dict[str, dict] = {}
+
+
+def _summary(name: str, outdir: Path) -> dict:
+    """``simhpc compare --json`` of a committed capture against the committed calibration (once per capture)."""
+    if name not in _SUMMARIES:
+        result = CliRunner().invoke(
+            main, ["compare", str(_capture(name)), "--calibration", str(CALIBRATION), "--json", "-o", str(outdir)]
+        )
+        assert result.exit_code == 0, result.output
+        _SUMMARIES[name] = json.loads(result.stdout)
+        assert (outdir / "predicted_vs_measured.png").stat().st_size > 1000
+        assert (outdir / "ops.csv").read_text().count("\n") == _SUMMARIES[name]["ops_total"] + 1
+    return _SUMMARIES[name]
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED))
 def test_committed_captures_against_the_committed_calibration(name: str, tmp_path: Path) -> None:
     """The figures of validation/README.md, as a regression guard of the cost model.
 
-    The target is a step-time error and a GEMM MAPE of at most 15 %; on this machine only mlp_t2
-    meets it: PyTorch's MKL GEMMs run 15-40 % slower than the numpy/OpenBLAS ones calibrated
-    (see the README). A change to the model that moves these figures must update them there.
+    GEMMs are predicted from the calibration's torch points (the BLAS PyTorch multiplies with).
+    A change to the model that moves these figures must update them there.
     """
-    result = CliRunner().invoke(
-        main, ["compare", str(_capture(name)), "--calibration", str(CALIBRATION), "--json", "-o", str(tmp_path)]
-    )
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
+    summary = _summary(name, tmp_path)
+    assert summary["blas"] == "torch"
     assert summary["ops_total"] >= summary["ops_modelled"] > 0.95 * summary["ops_total"]
     step, gemm = MEASURED[name]
     assert summary["total_error_pct"] == pytest.approx(step, abs=0.1)
     assert summary["gemm_mape_pct"] == pytest.approx(gemm, abs=0.1)
-    assert (tmp_path / "predicted_vs_measured.png").stat().st_size > 1000
-    assert (tmp_path / "ops.csv").read_text().count("\n") == summary["ops_total"] + 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MISSES[name])) if name in MISSES else name
+        for name in sorted(MEASURED)
+    ],
+)
+def test_issue_target(name: str, tmp_path: Path) -> None:
+    """Step-time error and GEMM MAPE within 15 % (the issue's target); the misses are xfail, with the reason."""
+    summary = _summary(name, tmp_path)
+    assert abs(summary["total_error_pct"]) <= TARGET_PCT
+    assert summary["gemm_mape_pct"] <= TARGET_PCT
 
 
 def test_compare_report_and_against(tmp_path: Path) -> None:

@@ -46,7 +46,8 @@ def _other_runnable() -> int:
 def command(output: Path, quick: bool) -> None:
     """Time real kernels on this machine and write a calibration file.
 
-    GEMM through numpy's BLAS (fp32/fp64, 1 and all threads), elementwise maps, reductions,
+    GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
+    1 and all threads; points tagged with their 'blas'), elementwise maps, reductions,
     STREAM copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table
     probes (C, built with gcc). Pass the file to 'simhpc compare --calibration FILE'; the
     committed validation/calibration/host.json is the catalog's 'host' CPU.

@@ -22,6 +22,7 @@ from simhpc.trace.compare import (
     Comparison,
     compare_trace,
     compare_traces,
+    default_blas,
     plot_comparison,
     write_ops_csv,
 )
@@ -56,7 +57,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     console = Console()
     console.print(
         f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
-        f"{comparison.threads} threads, {summary['ops_modelled']} of {summary['ops_total']} ops modelled"
+        f"{comparison.threads} threads, {summary['ops_modelled']} of {summary['ops_total']} ops modelled; "
+        f"GEMMs predicted from the {summary['blas']} BLAS points"
     )
     console.print(
         f"step time: measured {format_time(comparison.measured_step_s)}, predicted "
@@ -151,6 +153,13 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     default=None,
     help="Threads the trace ran on (default: its num_threads metadata, else all host cores).",
 )
+@click.option(
+    "--blas",
+    type=click.Choice(["torch", "numpy"]),
+    default=None,
+    help="Whose measured GEMMs predict the trace's (default: torch for a torch.profiler export when the "
+    "calibration has torch points, else numpy).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON object only.")
 @click.option(
     "-o",
@@ -166,6 +175,7 @@ def command(
     calibration: Path | None,
     against: Path | None,
     threads: int | None,
+    blas: str | None,
     as_json: bool,
     outdir: Path | None,
     worst: int,
@@ -204,9 +214,17 @@ def command(
         click.echo(f"warning: {warning}", err=True)
     cpu, _ = host_specs(cal)
     used = _threads(trace, threads, cal.host.cores)
-    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal)), cpu, used)
+    backends = cal.gemm_backends()
+    chosen = blas or default_blas(trace, backends)
+    if chosen not in backends:
+        raise CompareError(
+            f"--blas {chosen}: {cal.source} has no GEMM points measured through {chosen} "
+            f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
+        )
+    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal, blas=chosen)), cpu, used)
     summary = comparison.summary(max(1, worst))
     summary["calibration"] = cal.source
+    summary["blas"] = chosen
     folder = outdir or Path("runs") / f"compare-{stem}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,9 @@
 :class:`~simhpc.costs.calibration_file.Calibration`:
 
 - **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs): the measured
-  fraction of the host's peak FLOP/s, per dtype and thread count, interpolated over
+  fraction of the host's peak FLOP/s, per dtype and thread count, from the points of one BLAS
+  (``blas``: ``numpy``, numpy's OpenBLAS, or ``torch``, PyTorch's MKL / oneDNN: predict a
+  workload with the library it multiplies with), interpolated over
   (log2 m, log2 n, log2 k, log2 batch) with a thin-plate-spline ``RBFInterpolator`` (smoothing
   0.3; or ``gemm_method="linear"``: ``LinearNDInterpolator``, nearest measured point outside the
   hull), clamped to the measured range. Dtypes without points use the fp32 curve as a fraction of
@@ -149,6 +151,8 @@ class CalibratedEfficiency:
             (default :class:`ConstantEfficiency`).
         gemm_method: ``"rbf"`` or ``"linear"`` GEMM interpolation (see :class:`_GemmSurface`).
         smoothing: the RBF's smoothing (0: through every measured point).
+        blas: whose GEMM points to use, ``"numpy"`` or ``"torch"`` (default ``"numpy"``); a backend
+            the calibration did not measure is a :class:`ValueError`.
     """
 
     def __init__(
@@ -157,9 +161,17 @@ class CalibratedEfficiency:
         fallback: EfficiencyModel | None = None,
         gemm_method: str = GEMM_METHOD,
         smoothing: float = GEMM_SMOOTHING,
+        blas: str = "numpy",
     ) -> None:
         if gemm_method not in ("rbf", "linear"):
             raise ValueError(f"gemm_method must be 'rbf' or 'linear', got {gemm_method!r}")
+        if blas not in calibration.gemm_backends():
+            raise ValueError(
+                f"{calibration.source} has no GEMM points measured through {blas!r} "
+                f"(it has: {', '.join(calibration.gemm_backends())}); "
+                "re-run 'simhpc calibrate' where that BLAS is installed"
+            )
+        self.blas = blas
         self.calibration = calibration
         self.fallback = fallback or ConstantEfficiency()
         self.gemm_method = gemm_method
@@ -175,7 +187,8 @@ class CalibratedEfficiency:
         cal = self.calibration
         groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("gemm"):
-            groups[(row["dtype"], row["threads"])].append(row)
+            if row.get("blas", "numpy") == self.blas:
+                groups[(row["dtype"], row["threads"])].append(row)
         for (dtype, threads), rows in sorted(groups.items()):
             self._gemm[(dtype, threads)] = _GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing

@@ -2,7 +2,7 @@
 
 A JSON object::
 
-    {"schema": "simhpc-calibration", "schema_version": 1, "simhpc_version": "...",
+    {"schema": "simhpc-calibration", "schema_version": 2, "simhpc_version": "...",
      "created": "2026-01-01T00:00:00Z",
      "microbench": {"suite_version": 1, "source_hash": "...", "profile": "full", "wall_time_s": 95.0,
                     "load_average": [0.1, 0.2, 0.3]},
@@ -17,6 +17,10 @@ A JSON object::
 Every row is one measured point: its shape and the median time (``time_s``, per call; per
 lookup for ``hash_probe``; ``latency_s`` per load for ``latency``) with its spread. All
 quantities are SI (bytes, seconds, bytes/s, FLOP/s, Hz).
+
+Version 2 adds the ``blas`` field of GEMM rows: the library that multiplied (``numpy``: numpy's
+OpenBLAS; ``torch``: PyTorch's MKL / oneDNN). Version 1 files still load; their GEMM rows are
+``numpy`` ones.
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ from simhpc.hardware.host import COMMITTED_CALIBRATION, HostFacts, HostFactsErro
 from simhpc.hardware.specs import DTYPE_BITS, CpuSpec, NodeSpec
 
 SCHEMA = "simhpc-calibration"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Versions this simhpc reads: version 1 had no ``blas`` field (its GEMM points are numpy's)."""
+GEMM_BACKENDS = ("numpy", "torch")
 
 REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "gemm": {"dtype": str, "threads": int, "batch": int, "m": int, "n": int, "k": int, "time_s": float},
@@ -94,6 +101,11 @@ class Calibration:
         per_core = derived["max_outstanding_misses"] * 64 / derived["memory_latency"]
         return min(derived["memory_bandwidth"], threads * per_core)
 
+    def gemm_backends(self) -> list[str]:
+        """GEMM backends measured (``blas`` of the GEMM rows; ``numpy`` where absent), in a fixed order."""
+        found = {row.get("blas", "numpy") for row in self.rows("gemm")}
+        return [b for b in GEMM_BACKENDS if b in found]
+
     def thread_counts(self, section: str) -> list[int]:
         """Thread counts measured in ``section``, ascending."""
         return sorted({int(row.get("threads", 1)) for row in self.rows(section)})
@@ -115,12 +127,12 @@ def validate(data: Any, source: str) -> Calibration:
     if data.get("schema") != SCHEMA:
         raise _fail(source, "schema", f"not a simhpc calibration (expected {SCHEMA!r}, got {data.get('schema')!r})")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise _fail(
             source,
             "schema_version",
-            f"calibration schema version {version!r}, this simhpc reads version {SCHEMA_VERSION}; "
-            "re-run 'simhpc calibrate'",
+            f"calibration schema version {version!r}, this simhpc reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; re-run 'simhpc calibrate'",
         )
     try:
         host = HostFacts.from_dict(data.get("host"), "host")
@@ -148,6 +160,12 @@ def validate(data: Any, source: str) -> Calibration:
                         raise _fail(source, f"kernels.{section}.{i}.{key}", f"expected a string, got {row.get(key)!r}")
                 else:
                     _check_number(row.get(key), source, f"kernels.{section}.{i}.{key}")
+            if section == "gemm" and row.get("blas", "numpy") not in GEMM_BACKENDS:
+                raise _fail(
+                    source,
+                    f"kernels.gemm.{i}.blas",
+                    f"unknown GEMM backend {row.get('blas')!r} (known: {', '.join(GEMM_BACKENDS)})",
+                )
     if not kernels.get("gemm"):
         raise _fail(source, "kernels.gemm", "no GEMM points: the calibration is incomplete")
     return Calibration(dict(data), source, host)

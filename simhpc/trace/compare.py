@@ -343,6 +343,12 @@ def compare_traces(a: Trace, b: Trace) -> dict[str, Any]:
     }
 
 
+def default_blas(trace: Trace, backends: list[str]) -> str:
+    """The GEMM backend to predict ``trace`` with: ``torch`` for a torch.profiler export when the
+    calibration measured torch's BLAS (PyTorch multiplies with its own MKL / oneDNN), else ``numpy``."""
+    return "torch" if trace.format == "torch.profiler" and "torch" in backends else "numpy"
+
+
 def gemm_shape(kernel: Kernel | None) -> str:
     """``b x m x n x k`` of a GEMM kernel, '' otherwise (for reports)."""
     if isinstance(kernel, Gemm):

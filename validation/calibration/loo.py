@@ -4,7 +4,7 @@ For each (dtype, threads) group and each measured GEMM point: fit the surface on
 predict the held-out one, and report the mean and median relative time error per method. This is
 how ``simhpc.costs.calibration.GEMM_METHOD`` and ``GEMM_SMOOTHING`` were chosen.
 
-    .venv/bin/python validation/calibration/loo.py [validation/calibration/host.json]
+    .venv/bin/python validation/calibration/loo.py [validation/calibration/host.json [numpy|torch]]
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ METHODS = (("linear", 0.0), ("rbf", 0.0), ("rbf", 0.1), ("rbf", 0.3), ("rbf", 1.
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("host.json")
     cal = load_calibration(path)
+    blas = sys.argv[2] if len(sys.argv) > 2 else "numpy"
     groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for row in cal.rows("gemm"):
-        groups[(row["dtype"], row["threads"])].append(row)
-    print(f"{path}: leave-one-out relative error of GEMM time (mean / median)")
+        if row.get("blas", "numpy") == blas:
+            groups[(row["dtype"], row["threads"])].append(row)
+    print(f"{path} ({blas} GEMM points): leave-one-out relative error of GEMM time (mean / median)")
     totals: dict[tuple[str, float], list[float]] = defaultdict(list)
     for (dtype, threads), rows in sorted(groups.items()):
         peak = cal.peak_flops(dtype, threads)

@@ -1,6 +1,6 @@
 """simhpc's real-kernel microbenchmarks: the measurements behind ``simhpc calibrate``.
 
-Python drivers time real kernels: GEMM through numpy's BLAS (:mod:`.gemm`), and C kernels
+Python drivers time real kernels: GEMM through numpy's BLAS and torch's (:mod:`.gemm`), and C kernels
 (``kernels.c``, built with gcc by :mod:`.native`) for streaming maps, reductions, STREAM
 bandwidth, pointer-chase latency, the AMR stencil and hash-table probes. Every point gets
 warm-up calls and repeated samples; the median and spread are recorded (:mod:`.timing`).

@@ -1,16 +1,21 @@
-"""GEMM through numpy's BLAS: float32 and float64, 1 thread and all threads.
+"""GEMM through numpy's BLAS and, when torch is importable, through torch's: fp32 and fp64, 1 and all threads.
+
+Two backends (the ``blas`` field of every point): ``numpy`` (``np.matmul``, numpy's OpenBLAS,
+threads set with threadpoolctl) and ``torch`` (``torch.mm`` / ``torch.bmm`` with ``out=``, the
+BLAS PyTorch's CPU build multiplies with: MKL / oneDNN in the 2.x wheels; threads set with
+``torch.set_num_threads``). The cost model predicts a torch.profiler trace from the ``torch``
+points: the same shape on another BLAS can run 20-40 % faster or slower.
 
 Shapes: a log-spaced (m, n, k) grid (16 .. 4096 per dimension, at most 0.5 GFLOP per call, plus a 1024^3 square) that
 covers square, skinny and small products; extra squares; the DeepMD embedding-net
 (1 -> 25 -> 50 -> 100 per neighbour) and fitting-net (descriptor -> 240 -> 240 -> 240 -> 1)
 shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``).
-BLAS threads are set with threadpoolctl.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -31,14 +36,18 @@ BATCHED = tuple((b, m, n, k) for b in (8, 64) for m, n, k in ((64, 64, 64), (256
 QUICK_SHAPES = ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 64, 16), (8, 64, 64, 64))
 
 
-def shapes(quick: bool = False) -> list[tuple[int, int, int, int]]:
-    """(batch, m, n, k) of every measured product, deduplicated, in a fixed order."""
+def shapes(quick: bool = False, blas: str = "numpy") -> list[tuple[int, int, int, int]]:
+    """(batch, m, n, k) of every measured product, deduplicated, in a fixed order.
+
+    The torch set leaves out the DeepMD shapes (the grid covers them) to keep ``simhpc calibrate``
+    under 3 minutes on 2 cores.
+    """
     if quick:
         return list(QUICK_SHAPES)
     found: list[tuple[int, int, int, int]] = []
     grid = ((1, m, n, k) for m, n, k in itertools.product(GRID, GRID, GRID) if m * n * k <= MAX_MNK)
     squares = ((1, s, s, s) for s in SQUARES)
-    deepmd = ((1, m, n, k) for m, n, k in DEEPMD)
+    deepmd = ((1, m, n, k) for m, n, k in DEEPMD) if blas == "numpy" else ()
     for shape in itertools.chain(grid, squares, deepmd, BATCHED):
         if shape not in found:
             found.append(shape)
@@ -56,17 +65,62 @@ def blas_threads(threads: int) -> Iterator[None]:
         yield
 
 
-def measure_gemm(batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget) -> dict:
-    """Time ``C = A @ B`` once per call (``np.matmul`` with ``out=``) and return a record."""
+def torch_available() -> bool:
+    """Whether the torch backend can run (torch importable; validation code only, simhpc never imports it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def backends() -> tuple[str, ...]:
+    """The GEMM backends measured on this machine: ``numpy``, and ``torch`` when it is importable."""
+    return ("numpy", "torch") if torch_available() else ("numpy",)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run torch's intra-op pool (and its BLAS) on ``threads`` threads inside the block."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _torch_call(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], object]:
+    import torch
+
+    ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+    if ta.dim() == 3:
+        return lambda: torch.bmm(ta, tb, out=tc)
+    return lambda: torch.mm(ta, tb, out=tc)
+
+
+def measure_gemm(
+    batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget, blas: str = "numpy"
+) -> dict:
+    """Time ``C = A @ B`` once per call (``np.matmul`` or ``torch.mm``/``torch.bmm`` with ``out=``); a record."""
     rng = np.random.default_rng(0)
     lead = (batch,) if batch > 1 else ()
     a = rng.standard_normal((*lead, m, k)).astype(DTYPES[dtype])
     b = rng.standard_normal((*lead, k, n)).astype(DTYPES[dtype])
     c = np.empty((*lead, m, n), dtype=DTYPES[dtype])
-    with blas_threads(threads):
-        result = measure_python(lambda: np.matmul(a, b, out=c), budget)
+    if blas == "torch":
+        with torch_threads(threads):
+            result = measure_python(_torch_call(a, b, c), budget)
+    elif blas == "numpy":
+        with blas_threads(threads):
+            result = measure_python(lambda: np.matmul(a, b, out=c), budget)
+    else:
+        raise ValueError(f"unknown GEMM backend {blas!r} (numpy or torch)")
     flops = 2.0 * batch * m * n * k
     return {
+        "blas": blas,
         "dtype": dtype,
         "threads": threads,
         "batch": batch,

@@ -14,7 +14,7 @@ from typing import Any
 from . import gemm, hashprobe, latency, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 1
+SUITE_VERSION = 2
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -41,11 +41,13 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     repeats = 3
     tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
     tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
-    for dtype in gemm.DTYPES:
-        for t in threads:
-            for batch, m, n, k in gemm.shapes(quick):
-                label = f"gemm {dtype} {t}t {batch}x{m}x{n}x{k}"
-                tasks.append(Task("gemm", label, partial(gemm.measure_gemm, batch, m, n, k, dtype, t, budget)))
+    for blas in gemm.backends():
+        for dtype in gemm.DTYPES:
+            for t in threads:
+                for batch, m, n, k in gemm.shapes(quick, blas):
+                    label = f"gemm {blas} {dtype} {t}t {batch}x{m}x{n}x{k}"
+                    call = partial(gemm.measure_gemm, batch, m, n, k, dtype, t, budget, blas)
+                    tasks.append(Task("gemm", label, call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
     dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
     for op in streams.ELEMENTWISE_OPS:

@@ -1,6 +1,6 @@
 """Compare every capture with a calibration and print a Markdown table (for validation/README.md).
 
-    .venv/bin/python validation/traces/report.py [--calibration FILE] [CAPTURE ...]
+    .venv/bin/python validation/traces/report.py [--calibration FILE] [--blas torch|numpy] [CAPTURE ...]
 
 Defaults: the committed ``validation/calibration/host.json`` and every file in ``captures/``.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import host_specs, load_calibration
 from simhpc.costs.model import CostModel
-from simhpc.trace.compare import compare_trace
+from simhpc.trace.compare import compare_trace, default_blas
 from simhpc.trace.readers import read_trace
 
 HERE = Path(__file__).resolve().parent
@@ -22,28 +22,33 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calibration", type=Path, default=HERE.parent / "calibration" / "host.json")
+    parser.add_argument("--blas", choices=("torch", "numpy"), default=None, help="default: as simhpc compare")
     parser.add_argument("captures", nargs="*", type=Path)
     args = parser.parse_args()
     cal = load_calibration(args.calibration)
     cpu, _ = host_specs(cal)
-    model = CostModel(CalibratedEfficiency(cal))
+    models: dict[str, CostModel] = {}
     captures = args.captures or sorted((HERE / "captures").glob("*.json*"))
     print(
-        "| capture | threads | measured step | predicted step | step error | GEMM MAPE (ops) | conv MAPE (ops) "
-        "| ops modelled |"
+        "| capture | threads | BLAS | measured step | predicted step | step error | GEMM MAPE (ops) "
+        "| conv MAPE (ops) | ops modelled |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for path in captures:
         trace = read_trace(path)
         threads = trace.metadata.get("num_threads") or cal.host.cores
-        result = compare_trace(trace, model, cpu, threads)
+        blas = args.blas or default_blas(trace, cal.gemm_backends())
+        if blas not in models:
+            models[blas] = CostModel(CalibratedEfficiency(cal, blas=blas))
+        result = compare_trace(trace, models[blas], cpu, threads)
         name = path.name.split(".")[0]
         cells = []
         for kind in ("gemm", "conv"):
             row = result.kinds.get(kind)
             cells.append(f"{row['mape_pct']:.1f} % ({row['ops']})" if row else "-")
         print(
-            f"| {name} | {threads} | {result.measured_step_s * 1e3:.1f} ms | {result.predicted_step_s * 1e3:.1f} ms "
+            f"| {name} | {threads} | {blas} | {result.measured_step_s * 1e3:.1f} ms "
+            f"| {result.predicted_step_s * 1e3:.1f} ms "
             f"| {result.step_error_pct:+.1f} % | {cells[0]} | {cells[1]} | {result.ops_modelled}/{result.ops_total} |"
         )
 
