@@ -24,8 +24,9 @@ SHOWN_ERRORS = 5
               help="Override a field of the base scenario (repeatable).")
 @click.option("--grid", "grid", multiple=True, metavar="PATH=V1,V2,...",
               help="Add a grid factor, e.g. --grid workload.size='1 MiB,16 MiB' (repeatable).")
-@click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
-              help="local: processes on this machine (default); dask: a Dask cluster.")
+@click.option("--executor", default=None, metavar="local|dask|dask://HOST:PORT",
+              help="local: processes on this machine (default); dask: a Dask cluster (a LocalCluster "
+                   "unless --scheduler names one); dask://HOST:PORT: the Dask scheduler at tcp://HOST:PORT.")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=None,
               help="Worker processes (local, or the Dask LocalCluster); default: the CPU count.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -47,6 +48,12 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
     validated for every point before any run starts. Runs already stored are skipped, so a
     killed sweep resumes where it stopped. Exit status 1 if any run of the sweep raised.
     """
+    if executor and executor.startswith("dask://"):
+        if scheduler:
+            raise SweepError("give the scheduler either as --executor dask://HOST:PORT or as --scheduler")
+        executor, scheduler = "dask", "tcp://" + executor.removeprefix("dask://")
+    if executor not in (None, "local", "dask"):
+        raise SweepError(f"--executor must be local, dask or dask://HOST:PORT, got {executor!r}")
     if executor == "local" and scheduler:
         raise SweepError("--scheduler needs --executor dask")
     config = ExecutorConfig(kind="dask" if executor == "dask" or scheduler else "local", workers=workers,
