@@ -50,28 +50,17 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     tasks.append(Task("gemm", label, call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
     dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
-    for op in streams.ELEMENTWISE_OPS:
-        for dtype in dtypes:
-            for t in threads:
-                for size in sizes:
-                    tasks.append(
-                        Task(
-                            "elementwise",
-                            f"{op} {dtype} {t}t {size} B",
-                            partial(streams.measure_elementwise, op, dtype, size, t, budget),
-                        )
-                    )
-    for op in streams.REDUCTION_OPS:
-        for dtype in dtypes:
-            for t in threads:
-                for size in sizes:
-                    tasks.append(
-                        Task(
-                            "reduction",
-                            f"{op} {dtype} {t}t {size} B",
-                            partial(streams.measure_reduction, op, dtype, size, t, budget),
-                        )
-                    )
+    typed_streams = (
+        ("elementwise", streams.ELEMENTWISE_OPS, streams.measure_elementwise),
+        ("reduction", streams.REDUCTION_OPS, streams.measure_reduction),
+    )
+    for family, ops, measure in typed_streams:
+        for op in ops:
+            for dtype in dtypes:
+                for t in threads:
+                    for size in sizes:
+                        call = partial(measure, op, dtype, size, t, budget)
+                        tasks.append(Task(family, f"{op} {dtype} {t}t {size} B", call))
     for op in streams.BANDWIDTH_OPS:
         for t in threads:
             for size in sizes:
