@@ -1,9 +1,10 @@
 """Pipeline Gantt charts: devices as rows, ops as bars coloured by micro-batch and pass.
 
 Reads the spans the pipeline engine records on each device's ``compute`` stream (category
-``forward``/``backward``, args ``micro_batch``, ``stage``, ``pipeline``, ``iteration``).
-Forward bars are a light shade of the micro-batch's colour, backward bars a dark one; bars of
-the second (upward) pipeline of a bidirectional schedule are hatched. Labels show the
+``forward``/``backward``/``weight``, args ``micro_batch``, ``stage``, ``pipeline``, ``iteration``).
+Forward bars are a light shade of the micro-batch's colour, backward bars a dark one, and the
+weight-gradient (``W``) bars of split-backward (zero-bubble) plans the plain colour, dotted; bars
+of the second (upward) pipeline of a bidirectional schedule are hatched. Labels show the
 micro-batch (and stage, when the bar is wide enough).
 """
 
@@ -22,12 +23,16 @@ from matplotlib.patches import Patch
 
 from simhpc.engine.recorder import Span, TraceRecorder
 
-PASS_CATEGORIES = ("forward", "backward")
+PASS_CATEGORIES = ("forward", "backward", "weight")
+SHADE = {"forward": 0.45, "backward": -0.25, "weight": 0.0}
+"""Per pass: blend of the micro-batch colour towards white (> 0) or black (< 0)."""
+HATCH = {"forward": "", "backward": "", "weight": "...."}
+"""Per pass: bar hatch (combined with the second pipeline's ``///``)."""
 
 
 def pipeline_spans(recorder: TraceRecorder, thread: str = "compute",
                    iteration: int | None = 0) -> dict[str, list[Span]]:
-    """Per device (trace process), its forward/backward spans of ``iteration`` (None: all)."""
+    """Per device (trace process), its forward/backward/weight spans of ``iteration`` (None: all)."""
     rows: dict[str, list[Span]] = {}
     for track in recorder.tracks:
         if track.thread != thread:
@@ -61,14 +66,15 @@ def draw_gantt(axes: Axes, rows: dict[str, list[Span]], micro_batches: int | Non
         for span in rows[device]:
             args = span.args or {}
             j = int(args.get("micro_batch", 0))
-            colour = _shade(base[j % count], 0.45 if span.category == "forward" else -0.25)
+            colour = _shade(base[j % count], SHADE[span.category])
             left, length = (span.start - start) * scale, (span.end - span.start) * scale
+            hatch = ("///" if args.get("pipeline", 0) else "") + HATCH[span.category]
             axes.barh(row, length, left=left, height=0.8, color=colour, edgecolor="white", linewidth=0.3,
-                      hatch="///" if args.get("pipeline", 0) else None)
+                      hatch=hatch or None)
             if length > width * scale / 60:
                 text = f"{j}" if length < width * scale / 25 else f"{j}·s{args.get('stage', '')}"
                 axes.text(left + length / 2, row, text, ha="center", va="center", fontsize=5.5,
-                          color="black" if span.category == "forward" else "white")
+                          color="white" if span.category == "backward" else "black")
     axes.set_yticks(range(len(rows)))
     axes.set_yticklabels(list(rows), fontsize=7)
     axes.invert_yaxis()
@@ -98,7 +104,10 @@ def plot_gantts(runs: Sequence[tuple[str, TraceRecorder]], path: str | Path, ite
     legend = [Patch(facecolor=_shade(to_rgb("tab:blue"), 0.45), label="forward (light)"),
               Patch(facecolor=_shade(to_rgb("tab:blue"), -0.25), label="backward (dark)"),
               Patch(facecolor="white", edgecolor="grey", hatch="///", label="second pipeline (bidirectional)")]
-    figure.legend(handles=legend, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    if any(span.category == "weight" for _, rows in panels for row in rows.values() for span in row):
+        legend.insert(2, Patch(facecolor=to_rgb("tab:blue"), edgecolor="white", hatch=HATCH["weight"],
+                               label="weight gradient W (dotted)"))
+    figure.legend(handles=legend, fontsize=7, loc="lower center", ncol=len(legend), frameon=False)
     figure.tight_layout(rect=(0, 0.035, 1, 1))
     figure.savefig(path, dpi=120, metadata={"Software": None})
     plt.close(figure)

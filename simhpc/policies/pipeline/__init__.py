@@ -3,7 +3,8 @@
 A schedule is a small policy object: from the device count ``p``, the micro-batch count ``m``
 and its own parameters it returns a :class:`~simhpc.policies.pipeline.plan.PipelinePlan` (the
 op list of every device plus the stage -> device maps). The ``pipeline_training`` workload
-runs plans on simulated GPUs.
+runs plans on simulated GPUs. Schedules: ``gpipe``, ``1f1b``, ``interleaved`` (:mod:`.classic`),
+``chimera``, ``prt`` and ``zb-h1`` (:mod:`.zero_bubble`, split backward: ``B`` and ``W`` ops).
 """
 
 from typing import Annotated, Union
@@ -20,17 +21,19 @@ from simhpc.policies.pipeline.classic import (
     OneFOneB,
     OneFOneBParams,
 )
-from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan, PlanError
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan, PlanError
 from simhpc.policies.pipeline.prt import Prt, PrtParams
 from simhpc.policies.pipeline.timing import PlanTiming, plan_timing
+from simhpc.policies.pipeline.zero_bubble import ZeroBubbleH1, ZeroBubbleH1Params
 
 ScheduleConfig = Annotated[
-    Union[GPipeParams, OneFOneBParams, InterleavedParams, ChimeraParams, PrtParams],  # noqa: UP007
+    Union[GPipeParams, OneFOneBParams, InterleavedParams, ChimeraParams, PrtParams,  # noqa: UP007
+          ZeroBubbleH1Params],
     Field(discriminator="kind"),
 ]
 """The ``schedule:`` section of a ``pipeline_training`` workload."""
 
 __all__ = [
-    "BACKWARD", "FORWARD", "Chimera", "GPipe", "Interleaved", "OneFOneB", "Op", "PipelinePlan",
-    "PipelineSchedule", "PlanError", "PlanTiming", "Prt", "ScheduleConfig", "plan_timing",
+    "BACKWARD", "FORWARD", "WEIGHT", "Chimera", "GPipe", "Interleaved", "OneFOneB", "Op", "PipelinePlan",
+    "PipelineSchedule", "PlanError", "PlanTiming", "Prt", "ScheduleConfig", "ZeroBubbleH1", "plan_timing",
 ]

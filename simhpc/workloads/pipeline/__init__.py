@@ -1,4 +1,4 @@
-"""Pipeline-parallel training (``kind: pipeline_training``): GPipe, 1F1B, interleaved, Chimera, PRT.
+"""Pipeline-parallel training (``kind: pipeline_training``): GPipe, 1F1B, interleaved, Chimera, PRT, ZB-H1.
 
 Modules: :mod:`~.config` (the scenario section), :mod:`~.stages` (a profile cut into stages),
 :mod:`~.engine` (running a plan on simulated GPUs), :mod:`~.workload` (the registered workload).

@@ -8,14 +8,23 @@ activation gradient after a backward, over ``send`` (the network), asynchronousl
 communication overlap, as with non-blocking NCCL send/recv. A boundary inside one device costs
 nothing.
 
+Split backward (zero-bubble plans): ``B`` computes the input gradient and sends it on at once,
+``W`` computes the weight gradient later on the same device (after its ``B`` in the device's
+list, so no wait) and sends nothing. ``B`` takes the stage's input-gradient time
+(:attr:`StageCosts.input_grad_s`), ``W`` its weight-gradient time (``weight_grad_s``); both
+count as busy time and each pays the per-op overhead.
+
 Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
 before the first iteration; a forward allocates its stage's activation stash when it starts and
-the matching backward frees it when it ends. Exceeding the device raises
+the last pass that reads it frees it when it ends: the backward, or in a split plan the ``W``
+(the weight gradients need the layers' saved inputs, so the stash lives until ``W``). The
+approximation: the activations only ``B`` reads are not freed earlier, and the output gradients
+``B`` leaves for ``W`` are not counted. Exceeding the device raises
 :class:`~simhpc.errors.SimulatedOOM` naming the device and the op.
 
 Bidirectional plans hold two copies of each stage; with ``sync_replicas`` each copy sends its
-gradients to the other after its last backward of the iteration (an all-reduce of two), and the
-iteration ends when those arrive.
+gradients to the other after its last backward (or ``W``) of the iteration (an all-reduce of
+two), and the iteration ends when those arrive.
 """
 
 from __future__ import annotations
@@ -28,11 +37,14 @@ import simpy
 from simhpc.engine import Simulation
 from simhpc.errors import SimulatedOOM
 from simhpc.hardware.devices import Device
-from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
 
 Send = Callable[[int, int, float, str], simpy.Event]
 """``send(src device index, dst device index, nbytes, label)`` -> event firing on arrival."""
+
+CATEGORY = {FORWARD: "forward", BACKWARD: "backward", WEIGHT: "weight"}
+"""Trace category of each pass (the Gantt chart colours by it)."""
 
 
 class PipelineExecutor:
@@ -62,8 +74,8 @@ class PipelineExecutor:
             raise ValueError(f"{costs.stages} stage costs for a plan of {plan.stages} stages")
         if len(devices) != plan.devices:
             raise ValueError(f"{len(devices)} devices for a plan over {plan.devices}")
-        if plan.split_backward:
-            raise ValueError(f"{plan.name}: separate weight-gradient (W) ops are not supported by the engine")
+        if plan.split_backward and not costs.weight_grad_s:
+            raise ValueError(f"{plan.name} splits the backward: the stage costs need weight_grad_s")
         self.sim = sim
         self.plan = plan
         self.costs = costs
@@ -80,6 +92,11 @@ class PipelineExecutor:
         self.iterations_done = 0
         self._duration = {FORWARD: [f + overhead for f in costs.forward_s],
                           BACKWARD: [b + overhead for b in costs.backward_s]}
+        if plan.split_backward:
+            self._duration[BACKWARD] = [b + overhead for b in costs.input_grad_s]
+            self._duration[WEIGHT] = [w + overhead for w in costs.weight_grad_s]
+        self._last_pass = WEIGHT if plan.split_backward else BACKWARD
+        """The pass that ends a micro-batch on a stage: frees its stash, completes its gradients."""
         self._labels = {op: op.label() for ops in plan.ops for op in ops}
         self._remote = {op: self._producer_elsewhere(op) for ops in plan.ops for op in ops}
         per_pipeline = [0] * plan.pipelines
@@ -98,8 +115,10 @@ class PipelineExecutor:
         kind, j, s = op
         if kind == FORWARD:
             producer = Op(FORWARD, j, s - 1) if s > 0 else None
-        else:
+        elif kind == BACKWARD:
             producer = Op(BACKWARD, j, s + 1) if s < self.plan.stages - 1 else None
+        else:  # W reads its own B's output, on the same device
+            producer = None
         return producer is not None and self.plan.device_of(producer) != self.plan.device_of(op)
 
     def allocate_states(self) -> None:
@@ -159,6 +178,7 @@ class PipelineExecutor:
         remote = self._remote
         labels = self._labels
         iteration = self._iteration
+        last_pass = self._last_pass
         for op in self.plan.ops[d]:
             kind, j, s = op
             if remote[op]:
@@ -172,12 +192,13 @@ class PipelineExecutor:
             duration = self._duration[kind][s]
             args = {"micro_batch": j, "stage": s, "pipeline": self.plan.micro_batch_pipeline[j],
                     "iteration": iteration}
-            yield from stream.run(labels[op], duration, "forward" if kind == FORWARD else "backward", args)
+            yield from stream.run(labels[op], duration, CATEGORY[kind], args)
             busy[d] += duration
-            if kind == BACKWARD:
+            if kind == last_pass:
                 memory.free(stash[s])
                 self._count_backward(op, d)
-            self._deliver(op, d)
+            if kind != WEIGHT:
+                self._deliver(op, d)
 
     def _deliver(self, op: Op, d: int) -> None:
         """Hand ``op``'s output to the op that consumes it on another device."""
@@ -214,7 +235,7 @@ class PipelineExecutor:
         event.callbacks.append(arrived)
 
     def _count_backward(self, op: Op, d: int) -> None:
-        """After a copy's last backward of the iteration, send its gradients to the other copy."""
+        """After a copy's last backward (or W) of the iteration, send its gradients to the other copy."""
         if not self.sync_replicas:
             return
         q = self.plan.micro_batch_pipeline[op.micro_batch]

@@ -16,13 +16,16 @@ class StageCosts:
 
     Attributes:
         forward_s: forward pass of the stage's layers.
-        backward_s: backward pass (input and weight gradients).
+        backward_s: backward pass (input and weight gradients together).
         state_bytes: weights, gradients and optimizer state of the stage.
         grad_bytes: the stage's gradients (exchanged between replicas of bidirectional plans).
         stash_bytes: activations kept from forward to backward.
         boundary_bytes: bytes sent to the next stage (and gradient bytes sent back); the last
             entry is 0.
         layers: layer names per stage.
+        weight_grad_s: the weight-gradient part of ``backward_s`` (the ``W`` op of plans that
+            split the backward; the ``B`` op takes the rest, :attr:`input_grad_s`). Empty when
+            unknown: such costs run only plans that do not split the backward.
     """
 
     forward_s: tuple[float, ...]
@@ -32,23 +35,48 @@ class StageCosts:
     stash_bytes: tuple[float, ...]
     boundary_bytes: tuple[float, ...]
     layers: tuple[tuple[str, ...], ...] = ()
+    weight_grad_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.weight_grad_s and (len(self.weight_grad_s) != len(self.backward_s) or any(
+                not 0.0 <= w <= b * (1 + 1e-9) for w, b in zip(self.weight_grad_s, self.backward_s))):
+            raise ValueError("weight_grad_s needs one entry per stage, each within 0..backward_s")
 
     @property
     def stages(self) -> int:
         return len(self.forward_s)
 
+    @property
+    def input_grad_s(self) -> tuple[float, ...]:
+        """The input-gradient part of the backward (the ``B`` op of split-backward plans)."""
+        if not self.weight_grad_s:
+            raise ValueError("stage costs without weight_grad_s cannot split the backward")
+        return tuple(max(b - w, 0.0) for b, w in zip(self.backward_s, self.weight_grad_s))
+
     @classmethod
     def uniform(cls, stages: int, forward: float = 1.0, backward: float = 2.0,
-                boundary: float = 0.0, stash: float = 0.0, state: float = 0.0) -> StageCosts:
-        """Identical stages (for the analytic bubble formulas)."""
+                boundary: float = 0.0, stash: float = 0.0, state: float = 0.0,
+                weight_grad: float | None = None) -> StageCosts:
+        """Identical stages (for the analytic bubble formulas).
+
+        ``weight_grad`` is the weight-gradient part of ``backward`` (default: half of it, as in a
+        matmul layer, whose input- and weight-gradient GEMMs have the same FLOPs).
+        """
+        weight = backward / 2 if weight_grad is None else weight_grad
         return cls(forward_s=(forward,) * stages, backward_s=(backward,) * stages,
                    state_bytes=(state,) * stages, grad_bytes=(0.0,) * stages, stash_bytes=(stash,) * stages,
-                   boundary_bytes=(boundary,) * (stages - 1) + (0.0,))
+                   boundary_bytes=(boundary,) * (stages - 1) + (0.0,), weight_grad_s=(weight,) * stages)
 
 
 def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: float,
                 grad_bytes_per_param: float) -> StageCosts:
-    """Sum per-layer figures over the stages ``bounds[i]:bounds[i+1]``."""
+    """Sum per-layer figures over the stages ``bounds[i]:bounds[i+1]``.
+
+    The weight-gradient time of a stage is the summed duration of its layers' weight-gradient
+    kernels (``Layer.backward_weight``: the GEMMs ``dW = X^T dY`` of the weight layers, the
+    embedding's gradient scatter); the input-gradient kernels (``dX = dY W^T``, the gradients of
+    activation-activation GEMMs and of elementwise layers) make the rest of the backward.
+    """
 
     def sums(values: np.ndarray) -> tuple[float, ...]:
         return tuple(float(values[a:b].sum()) for a, b in pairwise(bounds))
@@ -63,4 +91,5 @@ def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: flo
         stash_bytes=sums(costs.stash_bytes),
         boundary_bytes=boundary,
         layers=tuple(costs.names[a:b] for a, b in pairwise(bounds)),
+        weight_grad_s=sums(costs.backward_weight_s),
     )

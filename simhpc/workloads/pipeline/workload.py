@@ -149,6 +149,7 @@ class PipelineTrainingWorkload(Workload):
             "p2p_bytes": executor.transfer_bytes,
             "stage_forward_s": list(self.costs.forward_s),
             "stage_backward_s": list(self.costs.backward_s),
+            "stage_weight_grad_s": list(self.costs.weight_grad_s),
             "stage_layers": [f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0]
                              for names in self.costs.layers],
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
