@@ -55,10 +55,19 @@ def _bandwidth(size: int, threads: int) -> float:
     return (200e9 if size < 1 << 20 else 60e9 if size < 32 << 20 else 12e9) * (1 + 0.6 * (threads - 1) / 3)
 
 
+PERMUTE_RATES = {1: 1e9, 16: 4e9, 256: 16e9}
+CONV_FRACTION = {"forward": 0.2, "backward": 0.1}
+"""Fraction of fp32 peak of the synthetic convolutions (shape-independent)."""
+"""Bytes/s of layout-changing copies by contiguous run (size-independent)."""
+
+
 def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
     """A calibration whose every point follows a known formula."""
     kernels: dict[str, list[dict]] = {
-        s: [] for s in ("gemm", "elementwise", "reduction", "bandwidth", "latency", "stencil", "hash_probe")
+        s: []
+        for s in (
+            "gemm", "conv", "elementwise", "reduction", "bandwidth", "permute", "latency", "stencil", "hash_probe"
+        )
     }
     sizes = [4096 * 4**i for i in range(9)]
     for dtype, lanes in (("fp32", 16), ("fp64", 8)):
@@ -105,6 +114,20 @@ def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
             for op in ("copy", "triad"):
                 kernels["bandwidth"].append(
                     {"op": op, "threads": t, "bytes": size, "time_s": size / _bandwidth(size, t)}
+                )
+        for direction, passes in (("forward", 1), ("backward", 2)):
+            for m in (4096, 65536):
+                for n in (32, 128):
+                    for k in (27, 288, 1152):
+                        flops = 2.0 * m * n * k * passes
+                        kernels["conv"].append({
+                            "dtype": "fp32", "threads": t, "direction": direction, "m": m, "n": n, "k": k,
+                            "passes": passes, "time_s": flops / (CONV_FRACTION[direction] * t * CLOCK * 16 * 4),
+                        })
+        for run, rate in PERMUTE_RATES.items():
+            for size in (1 << 20, 32 << 20):
+                kernels["permute"].append(
+                    {"dtype": "fp32", "threads": t, "run": run, "bytes": size, "time_s": size / (rate * t)}
                 )
         for blocks in (1, 64, 1024):
             cells = blocks * 4096
@@ -202,6 +225,49 @@ def test_interpolation_between_points(cal_path: Path) -> None:
     # out-of-range sizes clamp to the nearest measured rate instead of extrapolating
     huge = Elementwise(dtype="fp32", n=1 << 30, op="add")
     assert model.duration(huge, cpu, 1) == pytest.approx(huge.bytes() / 12e9, rel=1e-3)
+
+
+def test_layout_changing_copies_interpolate_in_the_run(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal))
+    nbytes = 4 << 20
+    for run, rate in PERMUTE_RATES.items():
+        assert model.duration(Copy(nbytes=nbytes, run=run), cpu, 1) == pytest.approx(2 * nbytes / rate, rel=1e-6)
+    # run 4 lies halfway (in log) between runs 1 and 16: the geometric mean of their rates
+    assert model.duration(Copy(nbytes=nbytes, run=4), cpu, 1) == pytest.approx(2 * nbytes / 2e9, rel=1e-6)
+    # longer runs than measured take the longest run's rate; a streaming copy is not a permute
+    assert model.duration(Copy(nbytes=nbytes, run=4096), cpu, 1) == pytest.approx(2 * nbytes / 16e9, rel=1e-6)
+    assert model.duration(Copy(nbytes=nbytes), cpu, 1) != model.duration(Copy(nbytes=nbytes, run=1), cpu, 1)
+    # a calibration without layout-changing copies does not cover them
+    data = synthetic()
+    del data["kernels"]["permute"]
+    bare = tmp_calibration(cal_path.parent / "bare.json", data)
+    assert not CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes, run=1))
+    assert CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes))
+
+
+def test_convolutions_use_their_own_points(cal_path: Path) -> None:
+    efficiency = CalibratedEfficiency(load_calibration(cal_path), gemm_method="linear")
+    for direction, fraction in CONV_FRACTION.items():
+        conv = Gemm(dtype="fp32", m=16384, n=64, k=288, batch=2 if direction == "backward" else 1, conv=direction)
+        assert efficiency.gemm_fraction(conv, 1) == pytest.approx(fraction, rel=1e-6)
+        # a weight-gradient-only backward does half the work at the same fraction of peak
+        assert efficiency.gemm_fraction(Gemm(dtype="fp32", m=16384, n=64, k=288, conv=direction), 4) == pytest.approx(
+            fraction, rel=1e-6)
+    # the same dimensions as a BLAS product use the GEMM points; so do convolutions without points
+    product = Gemm(dtype="fp32", m=256, n=64, k=256)
+    assert efficiency.gemm_fraction(product, 1) == pytest.approx(_gemm_eff(256, 64, 256), rel=1e-6)
+    data = synthetic()
+    del data["kernels"]["conv"]
+    bare = CalibratedEfficiency(tmp_calibration(cal_path.parent / "bare.json", data), gemm_method="linear")
+    as_conv = Gemm(dtype="fp32", m=256, n=64, k=256, conv="forward")
+    assert bare.gemm_fraction(as_conv, 1) == pytest.approx(_gemm_eff(256, 64, 256), rel=1e-6)
+
+
+def tmp_calibration(path: Path, data: dict):
+    write_calibration(data, path)
+    return load_calibration(path)
 
 
 def test_other_devices_fall_back(cal_path: Path) -> None:

@@ -130,7 +130,7 @@ def test_committed_captures_exist() -> None:
 def test_committed_captures_read(path: Path) -> None:
     trace = read_trace(path)
     assert trace.format == "torch.profiler"
-    assert len(trace.steps) == 5
+    assert len(trace.steps) == 10
     assert trace.metadata["num_threads"] in (1, 2)
     gemms = [op for op in trace.ops if op.kind in ("gemm", "conv") and op.step is not None]
     assert gemms and all(op.shapes for op in gemms)

@@ -3,7 +3,8 @@
 :class:`CalibratedEfficiency` implements :class:`~simhpc.costs.model.EfficiencyModel` from a
 :class:`~simhpc.costs.calibration_file.Calibration`:
 
-- **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs): the measured
+- **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs, timed from the
+  calibration's own convolution points per direction when it has them): the measured
   fraction of the host's peak FLOP/s, per dtype and thread count, from the points of one BLAS
   (``blas``: ``numpy``, numpy's OpenBLAS, or ``torch``, PyTorch's MKL / oneDNN: predict a
   workload with the library it multiplies with), interpolated over
@@ -11,10 +12,12 @@
   0.3; or ``gemm_method="linear"``: ``LinearNDInterpolator``, nearest measured point outside the
   hull), clamped to the measured range. Dtypes without points use the fp32 curve as a fraction of
   their own peak.
-- **Memory-bound kernels** (elementwise, reduction, copy, stencil, hash probe): the measured time
+- **Memory-bound kernels** (elementwise, reduction, copy, layout-changing copy, stencil, hash probe): the measured time
   interpolated over the working set (log-log PCHIP, clamped to the measured range), expressed as a
   fraction of the bandwidth the roofline gives the same number of cores. A streaming kernel smaller
-  than the smallest measured array takes as long as that array did (a floor, not a rate).
+  than the smallest measured array takes as long as that array did (a floor, not a rate). A
+  layout-changing copy (``Copy.run > 0``) interpolates between the curves of the two measured runs
+  nearest its own (log-log in the run).
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
   threads than measured reuse the largest measured count's fractions.
 
@@ -75,7 +78,7 @@ GEMM_METHOD = "rbf"
 GEMM_SMOOTHING = 0.3
 """Default GEMM interpolation: chosen by leave-one-out error on the committed calibration
 (``validation/calibration/loo.py``)."""
-STREAMING = ("elementwise", "reduction", "bandwidth")
+STREAMING = ("elementwise", "reduction", "bandwidth", "permute")
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
 Curve = Callable[[float], float]
@@ -177,6 +180,7 @@ class CalibratedEfficiency:
         self.gemm_method = gemm_method
         self.smoothing = smoothing
         self._gemm: dict[tuple[str, int], _GemmSurface] = {}
+        self._conv: dict[tuple[str, str, int], _GemmSurface] = {}
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -193,6 +197,13 @@ class CalibratedEfficiency:
             self._gemm[(dtype, threads)] = _GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
+        convs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        for row in cal.rows("conv"):
+            convs[(row["direction"], row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
+        for (direction, dtype, threads), rows in sorted(convs.items()):
+            self._conv[(direction, dtype, threads)] = _GemmSurface(
+                rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
+            )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
         streams: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
         for section in ("elementwise", "reduction"):
@@ -201,6 +212,10 @@ class CalibratedEfficiency:
                 streams[key].append((row["bytes"], row["time_s"] / row["bytes"]))
         for row in cal.rows("bandwidth"):
             streams[("bandwidth", row["op"], "fp64", str(row["threads"]))].append(
+                (row["bytes"], row["time_s"] / row["bytes"])
+            )
+        for row in cal.rows("permute"):
+            streams[("permute", str(row["run"]), row["dtype"], str(row["threads"]))].append(
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
         for row in cal.rows("stencil"):
@@ -233,13 +248,21 @@ class CalibratedEfficiency:
         return [(low_t, 1.0 - weight), (high_t, weight)]
 
     def gemm_fraction(self, kernel: Gemm, threads: int) -> float | None:
-        """Measured fraction of the host's peak a GEMM reaches on ``threads`` cores (None: no points)."""
-        dtype = kernel.dtype if any(key[0] == kernel.dtype for key in self._gemm) else "fp32"
-        counts = sorted(t for d, t in self._gemm if d == dtype)
+        """Measured fraction of the host's peak a GEMM reaches on ``threads`` cores (None: no points).
+
+        A convolution pass (``kernel.conv``) uses the calibration's convolution points of its
+        direction when there are any, else the GEMM points.
+        """
+        surfaces: dict[tuple[str, int], _GemmSurface] = self._gemm
+        if kernel.conv:
+            own = {(d, t): surface for (direction, d, t), surface in self._conv.items() if direction == kernel.conv}
+            surfaces = own or surfaces
+        dtype = kernel.dtype if any(key[0] == kernel.dtype for key in surfaces) else "fp32"
+        counts = sorted(t for d, t in surfaces if d == dtype)
         blend = self._thread_blend(counts, threads)
         if not blend:
             return None
-        return sum(w * self._gemm[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
+        return sum(w * surfaces[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
 
     def _stream_key(self, kernel: Kernel) -> tuple[str, str, str, float, float] | None:
         """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve."""
@@ -250,6 +273,8 @@ class CalibratedEfficiency:
             op = "max" if kernel.op.removesuffix("_") in MAX_OPS else "sum"
             return "reduction", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Copy):
+            if kernel.run > 0:
+                return "permute", str(kernel.run), kernel.dtype, kernel.bytes(), kernel.bytes()
             return "bandwidth", "copy", "fp64", kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Stencil):
             working = 2 * kernel.cells * STORED_PER_CELL * dtype_bytes(kernel.dtype)
@@ -266,6 +291,27 @@ class CalibratedEfficiency:
         section, op, dtype, working, amount = key
         if amount <= 0:
             return 0.0
+        if section == "permute":
+            return self._permute_time(int(op), dtype, working, threads)
+        return self._curve_time(section, op, dtype, working, amount, threads)
+
+    def _permute_time(self, run: int, dtype: str, working: float, threads: int) -> float | None:
+        """A layout-changing copy: the measured curves of the two nearest runs, log-log interpolated."""
+        runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
+        if not runs:
+            return None
+        low = max([r for r in runs if r <= run], default=runs[0])
+        high = min([r for r in runs if r >= run], default=runs[-1])
+        times = [self._curve_time("permute", str(r), dtype, working, working, threads) for r in (low, high)]
+        if low == high or None in times:
+            return times[0]
+        weight = math.log(run / low) / math.log(high / low)
+        return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
+
+    def _curve_time(
+        self, section: str, op: str, dtype: str, working: float, amount: float, threads: int
+    ) -> float | None:
+        """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
         available = [k for k in self._curves if k[0] == section and k[1] == op]
         if not available:
             available = [k for k in self._curves if k[0] == section]
@@ -284,6 +330,13 @@ class CalibratedEfficiency:
             working = smallest
         rate = sum(w / self._curves[(section, op, dtype, str(t))](max(working, 1.0)) for t, w in blend)
         return amount / rate
+
+    def covers(self, kernel: Kernel) -> bool:
+        """Whether the calibration measured a kernel of this kind (else the fallback model times it)."""
+        if isinstance(kernel, Gemm):
+            return bool(self._gemm)
+        key = self._stream_key(kernel)
+        return key is not None and any(k[0] == key[0] for k in self._curves)
 
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not covered)."""

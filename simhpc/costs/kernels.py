@@ -44,12 +44,18 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Gemm(Kernel):
-    """C[m,n] = A[m,k] @ B[k,n] (+ C), ``batch`` independent products."""
+    """C[m,n] = A[m,k] @ B[k,n] (+ C), ``batch`` independent products.
+
+    ``conv``: ``""`` for a BLAS product; ``"forward"`` or ``"backward"`` for a convolution pass
+    lowered to an implicit GEMM (``batch`` = groups x gradients computed), which a calibration may
+    time from its own convolution points.
+    """
 
     m: int = 1
     n: int = 1
     k: int = 1
     batch: int = 1
+    conv: str = ""
 
     kind = "gemm"
 
@@ -98,10 +104,15 @@ class Reduction(Kernel):
 
 @dataclass(frozen=True)
 class Copy(Kernel):
-    """Copy ``nbytes`` within one memory (read + write)."""
+    """Copy ``nbytes`` within one memory (read + write).
+
+    ``run``: 0 for a streaming copy; else a layout-changing copy (a transpose, a permute) whose
+    source holds ``run`` elements contiguously in the destination's order.
+    """
 
     nbytes: float = 0.0
     dtype: str = "fp32"
+    run: int = 0
 
     kind = "copy"
 

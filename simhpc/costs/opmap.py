@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simhpc.costs.kernels import Elementwise, Gemm, Kernel, Reduction
+from simhpc.costs.kernels import Copy, Elementwise, Gemm, Kernel, Reduction, dtype_bytes
 
 
 def _names(text: str) -> frozenset[str]:
@@ -286,7 +286,8 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     m = x[0] * math.prod(out)
     n = w[0] // groups
     k = w[1] * math.prod(w[2:])
-    return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes))
+    direction = "backward" if op == "convolution_backward" else "forward"
+    return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction))
 
 
 def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
@@ -331,16 +332,21 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
     return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
 
 
-def _row_major(shape: list[int], strides: Any) -> bool:
-    """Whether ``strides`` lay ``shape`` out contiguously (or broadcast), innermost dimension last."""
+def _contiguous_run(shape: list[int], strides: Any) -> int:
+    """Elements the source holds contiguously in row-major (destination) order: the whole tensor
+    when ``strides`` are row-major or broadcast (or unknown), 1 for a transpose, the head size
+    for an attention head permute."""
+    total = _numel(shape)
     if not isinstance(strides, list) or len(strides) != len(shape):
-        return True
-    expected = 1
+        return total
+    if any(stride == 0 for size, stride in zip(shape, strides) if size > 1):
+        return total  # a broadcast source: read from cache, streams like a copy
+    run = 1
     for size, stride in zip(reversed(shape), reversed(strides)):
-        if size > 1 and stride not in (0, expected):
-            return False
-        expected *= size
-    return True
+        if size > 1 and stride != run:
+            return run
+        run *= size
+    return total
 
 
 def kernel_for(
@@ -360,7 +366,8 @@ def kernel_for(
         shapes: ``Input Dims``; dtypes: ``Input type``; concrete: ``Concrete Inputs``.
         has_children: whether the trace shows child ops (then composite ops carry no kernel).
         strides: ``Input Strides``, when recorded: a copy from a permuted layout (channels-last to
-            contiguous, a transpose) is not a streaming copy and is reported as not modelled.
+            contiguous, a transpose, an attention head split) is a :class:`Copy` with the source's
+            contiguous ``run``, timed from the calibration's layout-changing copies.
 
     Returns:
         An :class:`OpKernel`: a kernel; :data:`NOTHING` for ops that do no work of their own; or
@@ -382,12 +389,10 @@ def kernel_for(
         return _conv(op, tensors, concrete)
     if kind == "reduction":
         return _reduction(op, tensors, concrete)
-    if (
-        op == "copy"
-        and strides
-        and len(shapes) > 1
-        and _is_shape(shapes[1])
-        and not _row_major(shapes[1], strides[1] if len(strides) > 1 else None)
-    ):
-        return OpKernel(None, "layout-changing copy (permuted source strides): no calibrated kernel")
+    if op == "copy" and strides and len(shapes) > 1 and _is_shape(shapes[1]):
+        source = shapes[1]
+        run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)
+        if run < _numel(source):  # the source is not read in order: a transpose or permute
+            size = dtype_bytes(_dtype(tensors[-1][1]))
+            return OpKernel(Copy(nbytes=_numel(source) * size, dtype=_dtype(tensors[0][1]), run=run))
     return _elementwise(op, tensors)

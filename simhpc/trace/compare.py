@@ -146,6 +146,11 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             modelled = not result.reason
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, modelled, result.reason))
             continue
+        covers = getattr(model.efficiency, "covers", None)
+        if covers is not None and not covers(result.kernel):
+            reason = f"no {result.kernel.kind} points in the calibration (re-run 'simhpc calibrate')"
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, reason))
+            continue
         try:
             predicted = model.duration(result.kernel, device, threads)
         except (KeyError, ValueError) as error:

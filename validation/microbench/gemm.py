@@ -7,7 +7,9 @@ BLAS PyTorch's CPU build multiplies with: MKL / oneDNN in the 2.x wheels; thread
 points: the same shape on another BLAS can run 20-40 % faster or slower.
 
 Shapes: a log-spaced (m, n, k) grid (16 .. 4096 per dimension, at most 0.5 GFLOP per call, plus a 1024^3 square) that
-covers square, skinny and small products; extra squares; the DeepMD embedding-net
+covers square, skinny and small products; for torch (fp32 only, the precision traces are taken in) a finer grid
+(4, then 16 .. 4096 in steps of 2x above 256, up to 2 GFLOP per call: framework layers are 512 or 2048 wide, and
+factor-4 steps left up to 60 % between grid points); extra squares; the DeepMD embedding-net
 (1 -> 25 -> 50 -> 100 per neighbour) and fitting-net (descriptor -> 240 -> 240 -> 240 -> 1)
 shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``).
 """
@@ -24,7 +26,10 @@ from .timing import Budget, measure_python
 
 DTYPES = {"fp32": np.float32, "fp64": np.float64}
 GRID = (16, 64, 256, 1024, 4096)
+FINE_GRID = (4, 16, 64, 256, 512, 1024, 2048, 4096)
+"""Torch fp32 only (what ``simhpc compare`` predicts traces from); keeps ``simhpc calibrate`` under 3 minutes."""
 MAX_MNK = 2**28
+FINE_MAX_MNK = 2**30
 SQUARES = (8, 24, 32, 48, 96, 128, 192, 384, 512, 768, 1024)
 DEEPMD = (
     # embedding net, rows = neighbours x atoms: (m, n, k)
@@ -36,16 +41,24 @@ BATCHED = tuple((b, m, n, k) for b in (8, 64) for m, n, k in ((64, 64, 64), (256
 QUICK_SHAPES = ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 64, 16), (8, 64, 64, 64))
 
 
-def shapes(quick: bool = False, blas: str = "numpy") -> list[tuple[int, int, int, int]]:
+def dtypes(blas: str) -> tuple[str, ...]:
+    """Precisions measured through ``blas``: numpy both, torch fp32 (what traces are taken in; a
+    torch fp64 GEMM is then predicted from the fp32 fractions of peak)."""
+    return ("fp32",) if blas == "torch" else tuple(DTYPES)
+
+
+def shapes(quick: bool = False, blas: str = "numpy", dtype: str = "fp32") -> list[tuple[int, int, int, int]]:
     """(batch, m, n, k) of every measured product, deduplicated, in a fixed order.
 
-    The torch set leaves out the DeepMD shapes (the grid covers them) to keep ``simhpc calibrate``
-    under 3 minutes on 2 cores.
+    The torch set leaves out the DeepMD shapes (the grid covers them) and uses the finer grid for
+    fp32 only, to keep ``simhpc calibrate`` under 3 minutes on 2 cores.
     """
     if quick:
         return list(QUICK_SHAPES)
     found: list[tuple[int, int, int, int]] = []
-    grid = ((1, m, n, k) for m, n, k in itertools.product(GRID, GRID, GRID) if m * n * k <= MAX_MNK)
+    fine = blas == "torch" and dtype == "fp32"
+    axis, largest = (FINE_GRID, FINE_MAX_MNK) if fine else (GRID, MAX_MNK)
+    grid = ((1, m, n, k) for m, n, k in itertools.product(axis, axis, axis) if m * n * k <= largest)
     squares = ((1, s, s, s) for s in SQUARES)
     deepmd = ((1, m, n, k) for m, n, k in DEEPMD) if blas == "numpy" else ()
     for shape in itertools.chain(grid, squares, deepmd, BATCHED):

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import gemm, hashprobe, latency, stencil, streams
+from . import conv, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 2
+SUITE_VERSION = 3
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -42,12 +42,18 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
     tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
     for blas in gemm.backends():
-        for dtype in gemm.DTYPES:
+        for dtype in gemm.dtypes(blas):
             for t in threads:
-                for batch, m, n, k in gemm.shapes(quick, blas):
+                for batch, m, n, k in gemm.shapes(quick, blas, dtype):
                     label = f"gemm {blas} {dtype} {t}t {batch}x{m}x{n}x{k}"
                     call = partial(gemm.measure_gemm, batch, m, n, k, dtype, t, budget, blas)
                     tasks.append(Task("gemm", label, call))
+    if conv.available():
+        for t in threads:
+            for shape in conv.shapes(quick):
+                for direction in ("forward", "backward"):
+                    call = partial(conv.measure_conv, *shape, direction, t, budget)
+                    tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
     dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
     typed_streams = (
@@ -71,6 +77,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                         partial(streams.measure_bandwidth, op, size, t, budget),
                     )
                 )
+    for t in threads:
+        for run in permute.QUICK_RUNS if quick else permute.RUNS:
+            for size in permute.QUICK_TENSOR_BYTES if quick else permute.TENSOR_BYTES:
+                call = partial(permute.measure_permute, run, size, t, budget)
+                tasks.append(Task("permute", f"permute copy {t}t run {run} {size} B", call))
     for size in latency.chase_sizes(llc_bytes, quick):
         tasks.append(Task("latency", f"pointer chase {size} B", partial(latency.measure_chase, size, repeats)))
     for t in threads:
