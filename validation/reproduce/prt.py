@@ -4,8 +4,9 @@ For each model (scenarios/pipeline_<model>.yaml: 8 x V100 NVLink, fp16, 8 micro-
 50 us per-op overhead) prints the throughput of the depth = #GPU baselines (1F1B for the
 unidirectional case, Chimera for the bidirectional one), of PRT at its best reuse factor k
 (depth 8k; round-robin map), the gain, and the paper's "up to" figure beside ours; then the
-memory imbalance (max/min peak per GPU) of 1F1B and PRT, and how the gain moves with the number
-of micro-batches, the per-op overhead and the link latency.
+memory imbalance (max/min peak per GPU) of 1F1B and PRT; the ceiling of the same comparison with
+free GPU-GPU transfers and no per-op overhead (what the bubbles alone allow at this m); and how
+the gain moves with the number of micro-batches, the per-op overhead and the link latency.
 
     .venv/bin/python validation/reproduce/prt.py            # flow-level network (~2-3 min)
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
@@ -49,18 +50,25 @@ def _base(model: str) -> dict[str, Any]:
     return read_yaml(ROOT / "scenarios" / MODELS[model])
 
 
-def run(model: str, schedule: str, *overrides: str, latency: str | None = None) -> dict[str, Any] | None:
-    """The workload summary of one simulated run (None if it cannot run: too deep, OOM)."""
+FREE_LINK = {"bandwidth": "1 PB/s", "latency": "0 s"}
+"""GPU-GPU links that cost nothing: with no per-op overhead, the bubble-only ceiling of a schedule."""
+
+
+def run(model: str, schedule: str, *overrides: str, link: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The workload summary of one simulated run (None if it cannot run: too deep, OOM).
+
+    ``link``: fields of the node's GPU-GPU link to replace (``latency``, ``bandwidth``).
+    """
     data = copy.deepcopy(_base(model))
     data["network"]["mode"] = MODE
     data["workload"]["iterations"] = 1
     data["outputs"] = {"trace": False, "timeline": False}
-    if latency is not None:  # the catalog node with another GPU-GPU hop latency
+    if link is not None:  # the catalog node with other GPU-GPU link figures
         node = data["network"]["topology"]["node"]
         from simhpc.hardware.catalog import builtin_catalog
 
         raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])
-        raw["gpu_link"] = {**raw["gpu_link"], "latency": latency}
+        raw["gpu_link"] = {**raw["gpu_link"], **link}
         data["hardware"] = {"nodes": {node: raw}}
     data = with_overrides(data, [f"workload.schedule={schedule}", *overrides], MODELS[model])
     try:
@@ -79,10 +87,12 @@ def throughput(summary: dict[str, Any] | None) -> float:
     return summary["throughput_samples_per_second"] if summary else 0.0
 
 
-def best_prt(model: str, direction: str, *overrides: str, latency: str | None = None) -> tuple[int, dict]:
+def best_prt(
+    model: str, direction: str, *overrides: str, link: dict[str, str] | None = None, reuse: tuple[int, ...] = REUSE
+) -> tuple[int, dict]:
     """The reuse factor k with the highest PRT throughput, and its summary."""
-    results = {k: run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", *overrides, latency=latency)
-               for k in REUSE}
+    results = {k: run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", *overrides, link=link)
+               for k in reuse}
     k = max(results, key=lambda key: throughput(results[key]))
     return k, results[k]  # type: ignore[return-value]
 
@@ -112,23 +122,36 @@ def headline() -> None:
           "for the model series")
 
 
+def ceiling() -> None:
+    """The same comparison with free GPU-GPU links and no per-op overhead: what bubbles alone allow."""
+    print("\nCeiling: free p2p transfers (1 PB/s, 0 s) and no per-op overhead, best k in (2, 3, 4, 6, 8)")
+    print(f"{'model':<11} {'uni gain':>9} {'k':>2} {'bi gain':>9} {'k':>2}")
+    free = ("workload.stage_overhead=0 us",)
+    for model in MODELS:
+        base = run(model, "{kind: 1f1b}", *free, link=FREE_LINK)
+        chimera = run(model, "{kind: chimera}", *free, link=FREE_LINK)
+        k_uni, uni = best_prt(model, "uni", *free, link=FREE_LINK, reuse=(*REUSE, 8))
+        k_bi, bi = best_prt(model, "bi", *free, link=FREE_LINK, reuse=(*REUSE, 8))
+        print(f"{model:<11} {gain(uni, base):+8.1f}% {k_uni:>2} {gain(bi, chimera):+8.1f}% {k_bi:>2}")
+
+
 def trends(models: tuple[str, ...], quick: bool) -> None:
     k = 3
     print(f"\nGain of PRT (k={k}) over its baseline as conditions change (uni: vs 1F1B, bi: vs Chimera)")
-    cases: list[tuple[str, tuple[str, ...], str | None]] = []
+    cases: list[tuple[str, tuple[str, ...], dict[str, str] | None]] = []
     for m in (8, 16) if quick else (8, 16, 32):
         cases.append((f"m={m}", (f"workload.micro_batches={m}",), None))
     for overhead in ("0 us", "200 us") if quick else ("0 us", "50 us", "200 us", "500 us"):
         cases.append((f"overhead {overhead}", (f"workload.stage_overhead={overhead}",), None))
     for latency in ("20 us",) if quick else ("20 us", "100 us"):
-        cases.append((f"hop latency {latency}", (), latency))
+        cases.append((f"hop latency {latency}", (), {"latency": latency}))
     print(f"{'model':<11} {'condition':<20} {'uni gain':>9} {'bi gain':>9}")
     for model in models:
-        for label, overrides, latency in cases:
-            base = run(model, "{kind: 1f1b}", *overrides, latency=latency)
-            chimera = run(model, "{kind: chimera}", *overrides, latency=latency)
-            uni = run(model, f"{{kind: prt, k: {k}}}", *overrides, latency=latency)
-            bi = run(model, f"{{kind: prt, k: {k}, direction: bi}}", *overrides, latency=latency)
+        for label, overrides, link in cases:
+            base = run(model, "{kind: 1f1b}", *overrides, link=link)
+            chimera = run(model, "{kind: chimera}", *overrides, link=link)
+            uni = run(model, f"{{kind: prt, k: {k}}}", *overrides, link=link)
+            bi = run(model, f"{{kind: prt, k: {k}, direction: bi}}", *overrides, link=link)
             print(f"{model:<11} {label:<20} {gain(uni, base):+8.1f}% {gain(bi, chimera):+8.1f}%")
 
 
@@ -140,6 +163,7 @@ def main() -> None:
     if args.quick:
         MODE = "analytic"
     headline()
+    ceiling()
     trends(("bert-large", "resnet-152"), args.quick)
 
 
