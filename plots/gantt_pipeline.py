@@ -5,8 +5,8 @@ Any run:
         --set 'workload.schedule={kind: prt, k: 3}' -o runs/gantt.png
 
 Without a scenario it draws the committed figure ``plots/gantt_bert_large.png``: BERT-large on
-8 V100s with 8 micro-batches under 1F1B (depth 8), PRT unidirectional (k=3, depth 24) and PRT
-bidirectional (k=2), first iteration, on one time axis.
+8 V100s with 8 micro-batches under 1F1B (depth 8), PRT unidirectional (k=3, depth 24), PRT
+bidirectional (k=2) and ZB-H1 (depth 8, split backward), first iteration, on one time axis.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ COMMITTED = [
     ("1F1B, depth 8 (baseline)", ["workload.schedule={kind: 1f1b}"]),
     ("PRT unidirectional, k=3 (depth 24, round-robin)", ["workload.schedule={kind: prt, k: 3}"]),
     ("PRT bidirectional, k=2 (depth 16 per direction)", ["workload.schedule={kind: prt, k: 2, direction: bi}"]),
+    ("ZB-H1, depth 8 (split backward: B, then W)", ["workload.schedule={kind: zb-h1}"]),
 ]
 
 
