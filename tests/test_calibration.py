@@ -56,6 +56,8 @@ def _bandwidth(size: int, threads: int) -> float:
 
 
 PERMUTE_RATES = {1: 1e9, 16: 4e9, 256: 16e9}
+COLD_BANDWIDTH = 10e9
+"""Bytes/s per thread of the synthetic cold add and sum (any size)."""
 CONV_FRACTION = {"forward": 0.2, "backward": 0.1}
 """Fraction of fp32 peak of the synthetic convolutions (shape-independent)."""
 """Bytes/s of layout-changing copies by contiguous run (size-independent)."""
@@ -111,6 +113,11 @@ def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
                     "time_s": size / _bandwidth(size, t),
                 }
             )
+            for family, op in (("elementwise", "add"), ("reduction", "sum")):
+                kernels[family].append(
+                    {"op": op, "dtype": "fp32", "threads": t, "bytes": size, "cache": "cold",
+                     "time_s": size / (COLD_BANDWIDTH * t)}
+                )
             for op in ("copy", "triad"):
                 kernels["bandwidth"].append(
                     {"op": op, "threads": t, "bytes": size, "time_s": size / _bandwidth(size, t)}
@@ -188,13 +195,17 @@ def test_calibrated_model_reproduces_measured_points(cal_path: Path) -> None:
         kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
         assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-6)
         assert smooth.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.15)
-    for row in cal.rows("elementwise"):
-        n = row["bytes"] // 12
-        kernel = Elementwise(dtype="fp32", n=n, op=row["op"], inputs=2, outputs=1)
-        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-3)
-    for row in cal.rows("reduction"):
-        kernel = Reduction(dtype="fp32", n=row["bytes"] // 4 - 1, outputs=1)
-        assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=1e-3)
+    cold = CostModel(CalibratedEfficiency(cal, gemm_method="linear", cache="cold"))
+    streams = [(row, Elementwise(dtype="fp32", n=row["bytes"] // 12, op=row["op"], inputs=2, outputs=1))
+               for row in cal.rows("elementwise")]
+    streams += [(row, Reduction(dtype="fp32", n=row["bytes"] // 4 - 1, outputs=1)) for row in cal.rows("reduction")]
+    for row, kernel in streams:
+        warm = model.duration(kernel, cpu, row["threads"])
+        if row.get("cache") == "cold":  # cold: the measured cold time, unless the warm curve is slower
+            expected = max(row["time_s"], warm)
+            assert cold.duration(kernel, cpu, row["threads"]) == pytest.approx(expected, rel=1e-3)
+        else:
+            assert warm == pytest.approx(row["time_s"], rel=1e-3)
     copy = next(r for r in cal.rows("bandwidth") if r["op"] == "copy" and r["threads"] == 1)
     assert model.duration(Copy(nbytes=copy["bytes"] / 2), cpu, 1) == pytest.approx(copy["time_s"], rel=1e-3)
     stencil = cal.rows("stencil")[1]
@@ -263,6 +274,25 @@ def test_convolutions_use_their_own_points(cal_path: Path) -> None:
     bare = CalibratedEfficiency(tmp_calibration(cal_path.parent / "bare.json", data), gemm_method="linear")
     as_conv = Gemm(dtype="fp32", m=256, n=64, k=256, conv="forward")
     assert bare.gemm_fraction(as_conv, 1) == pytest.approx(_gemm_eff(256, 64, 256), rel=1e-6)
+
+
+def test_cold_cache_bounds_memory_bound_kernels(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    warm, cold = (CostModel(CalibratedEfficiency(cal, cache=cache)) for cache in ("warm", "cold"))
+    small = Elementwise(dtype="fp32", n=1 << 18, op="relu")  # 3 MiB: cache-resident when warm
+    assert warm.duration(small, cpu, 1) == pytest.approx(small.bytes() / 60e9, rel=1e-3)
+    assert cold.duration(small, cpu, 1) == pytest.approx(small.bytes() / COLD_BANDWIDTH, rel=1e-3)
+    total = Reduction(dtype="fp64", n=1 << 18, op="mean")
+    assert cold.duration(total, cpu, 1) == pytest.approx(total.bytes() / COLD_BANDWIDTH, rel=1e-3)
+    # a kernel slower than the cold floor (compute-bound tanh at DRAM sizes) keeps its own time
+    huge = Elementwise(dtype="fp32", n=1 << 28, op="tanh")
+    assert cold.duration(huge, cpu, 1) == pytest.approx(warm.duration(huge, cpu, 1), rel=1e-9)
+    # the warm model ignores the cold points; GEMMs are not memory-bound kernels
+    product = Gemm(dtype="fp32", m=256, n=256, k=256)
+    assert cold.duration(product, cpu, 1) == warm.duration(product, cpu, 1)
+    with pytest.raises(ValueError, match="cache"):
+        CalibratedEfficiency(cal, cache="lukewarm")
 
 
 def tmp_calibration(path: Path, data: dict):

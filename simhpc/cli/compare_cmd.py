@@ -160,6 +160,14 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     help="Whose measured GEMMs predict the trace's (default: torch for a torch.profiler export when the "
     "calibration has torch points, else numpy).",
 )
+@click.option(
+    "--cache",
+    type=click.Choice(["cold", "warm"]),
+    default="cold",
+    show_default=True,
+    help="Memory-bound ops no faster than from DRAM (cold: operands of a framework op inside a step) or at "
+    "the cache-warm rates of repeated calls (warm).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON object only.")
 @click.option(
     "-o",
@@ -176,6 +184,7 @@ def command(
     against: Path | None,
     threads: int | None,
     blas: str | None,
+    cache: str,
     as_json: bool,
     outdir: Path | None,
     worst: int,
@@ -221,10 +230,11 @@ def command(
             f"--blas {chosen}: {cal.source} has no GEMM points measured through {chosen} "
             f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
         )
-    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal, blas=chosen)), cpu, used)
+    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache)), cpu, used)
     summary = comparison.summary(max(1, worst))
     summary["calibration"] = cal.source
     summary["blas"] = chosen
+    summary["cache"] = cache
     folder = outdir or Path("runs") / f"compare-{stem}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,9 @@
   fraction of the bandwidth the roofline gives the same number of cores. A streaming kernel smaller
   than the smallest measured array takes as long as that array did (a floor, not a rate). A
   layout-changing copy (``Copy.run > 0``) interpolates between the curves of the two measured runs
-  nearest its own (log-log in the run).
+  nearest its own (log-log in the run). With ``cache="cold"`` an elementwise or reduction kernel
+  takes at least what the cold ``add``/``sum`` points (single calls after a cache flush) give its
+  bytes: a framework op inside a training step finds its operands out of cache.
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
   threads than measured reuse the largest measured count's fractions.
 
@@ -79,6 +81,10 @@ GEMM_SMOOTHING = 0.3
 """Default GEMM interpolation: chosen by leave-one-out error on the committed calibration
 (``validation/calibration/loo.py``)."""
 STREAMING = ("elementwise", "reduction", "bandwidth", "permute")
+COLD = "@cold"
+"""Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
+COLD_BASE = {"elementwise": "add", "reduction": "sum"}
+"""The cold curve that bounds each section's kernels from below with ``cache="cold"``."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
 Curve = Callable[[float], float]
@@ -156,6 +162,11 @@ class CalibratedEfficiency:
         smoothing: the RBF's smoothing (0: through every measured point).
         blas: whose GEMM points to use, ``"numpy"`` or ``"torch"`` (default ``"numpy"``); a backend
             the calibration did not measure is a :class:`ValueError`.
+        cache: ``"warm"`` (default): memory-bound kernels run at the rates of repeated calls over
+            the same arrays, cache-resident when they fit; ``"cold"``: no faster than the cold
+            ``add``/``sum`` points (single calls after a cache flush, i.e. from DRAM), the state of
+            a framework op's operands inside a training step. Without cold points, ``"cold"`` is
+            ``"warm"``.
     """
 
     def __init__(
@@ -165,7 +176,11 @@ class CalibratedEfficiency:
         gemm_method: str = GEMM_METHOD,
         smoothing: float = GEMM_SMOOTHING,
         blas: str = "numpy",
+        cache: str = "warm",
     ) -> None:
+        if cache not in ("warm", "cold"):
+            raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
+        self.cache = cache
         if gemm_method not in ("rbf", "linear"):
             raise ValueError(f"gemm_method must be 'rbf' or 'linear', got {gemm_method!r}")
         if blas not in calibration.gemm_backends():
@@ -208,7 +223,8 @@ class CalibratedEfficiency:
         streams: dict[tuple[str, ...], list[tuple[float, float]]] = defaultdict(list)
         for section in ("elementwise", "reduction"):
             for row in cal.rows(section):
-                key = (section, row["op"], row["dtype"], str(row["threads"]))
+                op = row["op"] + (COLD if row.get("cache") == "cold" else "")
+                key = (section, op, row["dtype"], str(row["threads"]))
                 streams[key].append((row["bytes"], row["time_s"] / row["bytes"]))
         for row in cal.rows("bandwidth"):
             streams[("bandwidth", row["op"], "fp64", str(row["threads"]))].append(
@@ -293,7 +309,14 @@ class CalibratedEfficiency:
             return 0.0
         if section == "permute":
             return self._permute_time(int(op), dtype, working, threads)
-        return self._curve_time(section, op, dtype, working, amount, threads)
+        warm = self._curve_time(section, op, dtype, working, amount, threads)
+        if self.cache == "cold" and section in COLD_BASE:
+            cold_op = COLD_BASE[section] + COLD
+            if any(k[:2] == (section, cold_op) for k in self._curves):
+                cold = self._curve_time(section, cold_op, "fp32", working, kernel.bytes(), threads)
+                if warm is not None and cold is not None:
+                    return max(warm, cold)
+        return warm
 
     def _permute_time(self, run: int, dtype: str, working: float, threads: int) -> float | None:
         """A layout-changing copy: the measured curves of the two nearest runs, log-log interpolated."""

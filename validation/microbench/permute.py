@@ -33,7 +33,7 @@ def _copier(src: np.ndarray, dst: np.ndarray) -> tuple[str, Callable[[], object]
     if torch_available():
         import torch
 
-        source, target = torch.from_numpy(src).permute(1, 0, 2), torch.from_numpy(dst)
+        source, target = torch.from_numpy(src).clone().permute(1, 0, 2), torch.empty(dst.shape)  # torch's allocator
         return "torch", lambda: target.copy_(source)
     view = src.transpose(1, 0, 2)
     return "numpy", lambda: np.copyto(dst, view)

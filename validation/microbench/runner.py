@@ -67,6 +67,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     for size in sizes:
                         call = partial(measure, op, dtype, size, t, budget)
                         tasks.append(Task(family, f"{op} {dtype} {t}t {size} B", call))
+        for op in streams.COLD_OPS[family]:
+            for t in threads:
+                for size in sizes:
+                    call = partial(measure, op, "fp32", size, t, budget, cold=True)
+                    tasks.append(Task(family, f"{op} fp32 {t}t {size} B cold", call))
     for op in streams.BANDWIDTH_OPS:
         for t in threads:
             for size in sizes:

@@ -1,18 +1,20 @@
 """Streaming kernels in C: elementwise maps, reductions and STREAM copy/triad.
 
 Sizes are working sets (bytes of all arrays touched) from 4 KiB, inside L1, to 256 MiB, well
-past any last-level cache, in steps of 4x. Bytes are counted STREAM-style: each array once
-(read or write), no write-allocate traffic.
+past any last-level cache, in steps of 4x. The memory-bound ``add`` and ``sum`` (fp32) are also
+measured *cold*: single calls, each after the caches were flushed (``cache: cold`` rows). Bytes
+are counted STREAM-style: each array once (read or write), no write-allocate traffic.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import numpy as np
 
 from .native import library
-from .timing import Budget, measure_native
+from .timing import Budget, Measurement, measure_cold, measure_native
 
 SIZES = tuple(4096 * 4**i for i in range(9))  # 4 KiB .. 256 MiB
 QUICK_SIZES = (16384, 1 << 20)
@@ -31,42 +33,65 @@ def _arrays(count: int, n: int, dtype: type) -> list[np.ndarray]:
     return [rng.uniform(-2.0, 2.0, n).astype(dtype) for _ in range(count)]
 
 
-def measure_elementwise(op: str, dtype: str, working_set: int, threads: int, budget: Budget) -> dict:
-    """``c = f(a, b)`` (``f(a)`` for tanh, exp, gelu) over arrays filling ``working_set``."""
+COLD_OPS = {"elementwise": ("add",), "reduction": ("sum",)}
+"""Measured cold too (fp32): the memory-bound curves a framework op's in-step time follows."""
+FLUSH_BYTES = 128 << 20
+"""Written between cold calls: 4x the reference machine's last-level cache."""
+_flush_buffer: list[np.ndarray] = []
+
+
+def flush_caches() -> None:
+    """Evict the caches: write a buffer four times the size of the last-level cache."""
+    if not _flush_buffer:
+        _flush_buffer.append(np.empty(FLUSH_BYTES, dtype=np.uint8))
+    _flush_buffer[0].fill(1)
+
+
+def _timed(run: Callable[[int], float], budget: Budget, cold: bool) -> Measurement:
+    return measure_cold(run, flush_caches, budget) if cold else measure_native(run, budget)
+
+
+def measure_elementwise(
+    op: str, dtype: str, working_set: int, threads: int, budget: Budget, cold: bool = False
+) -> dict:
+    """``c = f(a, b)`` (``f(a)`` for tanh, exp, gelu) over arrays filling ``working_set``.
+
+    ``cold``: one call at a time, after evicting the caches (the state of an op's operands inside
+    a training step, where megabytes of other tensors pass between their uses); else repeated
+    calls over the same, cache-warm arrays.
+    """
     np_type, suffix = DTYPES[dtype]
     size = np.dtype(np_type).itemsize
     n = max(16, working_set // (3 * size))
     a, b, c = _arrays(3, n, np_type)
     function = getattr(library(), f"ew_{op}_{suffix}")
-    result = measure_native(lambda reps: function(_ptr(a), _ptr(b), _ptr(c), n, reps, threads), budget)
+    result = _timed(lambda reps: function(_ptr(a), _ptr(b), _ptr(c), n, reps, threads), budget, cold)
     moved = (3 if op in ("add", "mul") else 2) * n * size
-    return {
-        "op": op,
-        "dtype": dtype,
-        "threads": threads,
-        "n": n,
-        "bytes": moved,
-        **result.row(),
-        "bytes_per_s": moved / result.median_s,
-    }
+    return _stream_row(op, dtype, threads, n, moved, result, cold)
 
 
-def measure_reduction(op: str, dtype: str, working_set: int, threads: int, budget: Budget) -> dict:
-    """Reduce one array of ``working_set`` bytes to a scalar."""
+def measure_reduction(
+    op: str, dtype: str, working_set: int, threads: int, budget: Budget, cold: bool = False
+) -> dict:
+    """Reduce one array of ``working_set`` bytes to a scalar (``cold``: as :func:`measure_elementwise`)."""
     np_type, suffix = DTYPES[dtype]
     size = np.dtype(np_type).itemsize
     n = max(16, working_set // size)
     (a,) = _arrays(1, n, np_type)
     out = ctypes.c_double()
     function = getattr(library(), f"red_{op}_{suffix}")
-    result = measure_native(lambda reps: function(_ptr(a), n, reps, threads, ctypes.byref(out)), budget)
-    moved = n * size
+    result = _timed(lambda reps: function(_ptr(a), n, reps, threads, ctypes.byref(out)), budget, cold)
+    return _stream_row(op, dtype, threads, n, n * size, result, cold)
+
+
+def _stream_row(op: str, dtype: str, threads: int, n: int, moved: int, result: Measurement, cold: bool) -> dict:
     return {
         "op": op,
         "dtype": dtype,
         "threads": threads,
         "n": n,
         "bytes": moved,
+        "cache": "cold" if cold else "warm",
         **result.row(),
         "bytes_per_s": moved / result.median_s,
     }

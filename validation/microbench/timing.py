@@ -90,6 +90,16 @@ def measure_python(call: Callable[[], object], budget: Budget) -> Measurement:
     return summarize(samples, calls)
 
 
+def measure_cold(run: Callable[[int], float], flush: Callable[[], object], budget: Budget) -> Measurement:
+    """Time single calls of a C kernel, each after ``flush()`` evicted its data from the caches."""
+    run(1)
+    samples = []
+    for _ in range(max(budget.repeats, 3)):
+        flush()
+        samples.append(run(1))
+    return summarize(samples, 1)
+
+
 def measure_native(run: Callable[[int], float], budget: Budget) -> Measurement:
     """Time a C kernel: ``run(reps)`` executes it ``reps`` times and returns elapsed seconds."""
     for _ in range(budget.warmup):

@@ -1,6 +1,7 @@
 """Compare every capture with a calibration and print a Markdown table (for validation/README.md).
 
-    .venv/bin/python validation/traces/report.py [--calibration FILE] [--blas torch|numpy] [CAPTURE ...]
+    .venv/bin/python validation/traces/report.py [--calibration FILE] [--blas torch|numpy] [--cache cold|warm]
+        [CAPTURE ...]
 
 Defaults: the committed ``validation/calibration/host.json`` and every file in ``captures/``.
 """
@@ -23,6 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calibration", type=Path, default=HERE.parent / "calibration" / "host.json")
     parser.add_argument("--blas", choices=("torch", "numpy"), default=None, help="default: as simhpc compare")
+    parser.add_argument("--cache", choices=("cold", "warm"), default="cold", help="as simhpc compare (default cold)")
     parser.add_argument("captures", nargs="*", type=Path)
     args = parser.parse_args()
     cal = load_calibration(args.calibration)
@@ -39,7 +41,7 @@ def main() -> None:
         threads = trace.metadata.get("num_threads") or cal.host.cores
         blas = args.blas or default_blas(trace, cal.gemm_backends())
         if blas not in models:
-            models[blas] = CostModel(CalibratedEfficiency(cal, blas=blas))
+            models[blas] = CostModel(CalibratedEfficiency(cal, blas=blas, cache=args.cache))
         result = compare_trace(trace, models[blas], cpu, threads)
         name = path.name.split(".")[0]
         cells = []
