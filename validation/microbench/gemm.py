@@ -117,14 +117,27 @@ def _torch_call(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], obj
     return lambda: torch.mm(ta, tb, out=tc)
 
 
+_POOLS: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _operand(shape: tuple[int, ...], dtype: str, which: int) -> np.ndarray:
+    """A normal-random operand: a view of a per-(dtype, operand) pool drawn once and grown as
+    needed (drawing fresh 4096^2 matrices for each of ~1500 points cost a minute of ``calibrate``)."""
+    size = int(np.prod(shape))
+    pool = _POOLS.get((dtype, which))
+    if pool is None or pool.size < size:
+        pool = np.random.default_rng(which).standard_normal(max(size, 1 << 20)).astype(DTYPES[dtype])
+        _POOLS[(dtype, which)] = pool
+    return pool[:size].reshape(shape)
+
+
 def measure_gemm(
     batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget, blas: str = "numpy"
 ) -> dict:
     """Time ``C = A @ B`` once per call (``np.matmul`` or ``torch.mm``/``torch.bmm`` with ``out=``); a record."""
-    rng = np.random.default_rng(0)
     lead = (batch,) if batch > 1 else ()
-    a = rng.standard_normal((*lead, m, k)).astype(DTYPES[dtype])
-    b = rng.standard_normal((*lead, k, n)).astype(DTYPES[dtype])
+    a = _operand((*lead, m, k), dtype, 0)
+    b = _operand((*lead, k, n), dtype, 1)
     c = np.empty((*lead, m, n), dtype=DTYPES[dtype])
     if blas == "torch":
         with torch_threads(threads):
