@@ -23,7 +23,7 @@ from simhpc.costs.calibration_file import (
     validate,
     write_calibration,
 )
-from simhpc.costs.kernels import Copy, Elementwise, Gemm, HashProbe, Reduction, Stencil
+from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, HashProbe, Reduction, Stencil
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.hardware import builtin_catalog
 from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
@@ -256,6 +256,20 @@ def test_layout_changing_copies_interpolate_in_the_run(cal_path: Path) -> None:
     bare = tmp_calibration(cal_path.parent / "bare.json", data)
     assert not CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes, run=1))
     assert CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes))
+
+
+def test_fused_attention_is_its_products_and_its_exponentials(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal))
+    attention = Attention(dtype="fp32", batch=64, lq=128, lk=128, e=64)
+    products = model.duration(attention.gemm(), cpu, 1)
+    # one exponential per score at the exp curve's L1 rate (the synthetic calibration has no exp
+    # curve, so the first elementwise one, add: 200 GB/s over 8 bytes per element)
+    exponentials = attention.exponentials * 8 / 200e9
+    assert model.duration(attention, cpu, 1) == pytest.approx(products + exponentials, rel=1e-3)
+    backward = Attention(dtype="fp32", batch=64, lq=128, lk=128, e=64, backward=True)
+    assert model.duration(backward, cpu, 1) > model.duration(attention, cpu, 1)
 
 
 def test_convolutions_use_their_own_points(cal_path: Path) -> None:

@@ -20,6 +20,8 @@
   nearest its own (log-log in the run). With ``cache="cold"`` an elementwise or reduction kernel
   takes at least what the cold ``add``/``sum`` points (single calls after a cache flush) give its
   bytes: a framework op inside a training step finds its operands out of cache.
+- **Fused attention**: its products as one batched GEMM, plus one exponential per score at the
+  measured ``exp`` rate of an L1-resident array.
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
   threads than measured reuse the largest measured count's fractions.
 
@@ -47,7 +49,17 @@ import numpy as np
 from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, PchipInterpolator, RBFInterpolator
 
 from simhpc.costs.calibration_file import Calibration
-from simhpc.costs.kernels import Copy, Elementwise, Gemm, HashProbe, Kernel, Reduction, Stencil, dtype_bytes
+from simhpc.costs.kernels import (
+    Attention,
+    Copy,
+    Elementwise,
+    Gemm,
+    HashProbe,
+    Kernel,
+    Reduction,
+    Stencil,
+    dtype_bytes,
+)
 from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
 from simhpc.hardware.specs import CpuSpec
 
@@ -85,6 +97,9 @@ COLD = "@cold"
 """Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
 COLD_BASE = {"elementwise": "add", "reduction": "sum"}
 """The cold curve that bounds each section's kernels from below with ``cache="cold"``."""
+ATTENTION_BLOCK = 16 << 10
+"""Working set (bytes) whose measured ``exp`` rate times a fused attention's softmax: a block of
+scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
 Curve = Callable[[float], float]
@@ -356,13 +371,28 @@ class CalibratedEfficiency:
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it)."""
-        if isinstance(kernel, Gemm):
+        if isinstance(kernel, (Gemm, Attention)):
             return bool(self._gemm)
         key = self._stream_key(kernel)
         return key is not None and any(k[0] == key[0] for k in self._curves)
 
+    def attention_time(self, kernel: Attention, threads: int) -> float | None:
+        """Fused attention: its products as a batched GEMM, plus its softmax exponentials at the
+        measured ``exp`` rate of an L1-resident array (the scores of a block stay in cache)."""
+        products = self.host_time(kernel.gemm(), threads)
+        if products is None:
+            return None
+        size = dtype_bytes(kernel.dtype)
+        block = Elementwise(dtype=kernel.dtype, n=ATTENTION_BLOCK // (2 * size), op="exp", inputs=1, outputs=1)
+        per_block = self.stream_time(block, threads)
+        if per_block is None:
+            return products
+        return products + per_block * kernel.exponentials / block.n
+
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not covered)."""
+        if isinstance(kernel, Attention):
+            return self.attention_time(kernel, threads)
         if isinstance(kernel, Gemm):
             fraction = self.gemm_fraction(kernel, threads)
             if fraction is None:
@@ -386,7 +416,7 @@ class CalibratedEfficiency:
         bandwidth = cal.model_bandwidth(threads)
         compute_needed = flops / (peak * seconds) if flops else 0.0
         memory_needed = moved / (bandwidth * seconds) if moved else 0.0
-        if isinstance(kernel, Gemm):
+        if isinstance(kernel, (Gemm, Attention)):
             # Compute binds; memory gets whatever keeps it from binding.
             return compute_needed, max(1.0, 1.001 * memory_needed)
         return max(1.0, 1.001 * compute_needed), memory_needed

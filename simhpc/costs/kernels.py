@@ -67,6 +67,45 @@ class Gemm(Kernel):
 
 
 @dataclass(frozen=True)
+class Attention(Kernel):
+    """Fused (flash) attention over ``batch`` heads: scores ``S = Q K^T`` (``lq x lk``, head size
+    ``e``), an online softmax (one exponential per score) and ``O = P V``.
+
+    ``backward``: recomputes ``S`` and ``P`` and forms ``dV``, ``dP``, ``dQ`` and ``dK``: five
+    products of the forward's size instead of two, and the same exponentials again.
+    """
+
+    batch: int = 1
+    lq: int = 1
+    lk: int = 1
+    e: int = 1
+    backward: bool = False
+
+    kind = "attention"
+
+    @property
+    def products(self) -> int:
+        """Products of ``lq x lk x e`` per head."""
+        return 5 if self.backward else 2
+
+    @property
+    def exponentials(self) -> int:
+        """Softmax exponentials (one per score)."""
+        return self.batch * self.lq * self.lk
+
+    def gemm(self) -> Gemm:
+        """Its products as one batched GEMM descriptor."""
+        return Gemm(dtype=self.dtype, m=self.lq, n=self.lk, k=self.e, batch=self.batch * self.products)
+
+    def flops(self) -> float:
+        return self.gemm().flops() + 10.0 * self.exponentials
+
+    def bytes(self) -> float:
+        tensors = (8 if self.backward else 4) * self.e * (self.lq + self.lk) / 2  # q, k, v, o (+ their grads)
+        return tensors * self.batch * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
 class Elementwise(Kernel):
     """An elementwise map over ``n`` elements reading ``inputs`` and writing ``outputs`` arrays."""
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simhpc.costs.kernels import Copy, Elementwise, Gemm, Kernel, Reduction, dtype_bytes
+from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, Kernel, Reduction, dtype_bytes
 
 
 def _names(text: str) -> frozenset[str]:
@@ -41,10 +41,10 @@ CONV_OPS = _names("""
     conv_transpose2d conv_transpose3d _nnpack_spatial_convolution
 """)
 ATTENTION_OPS = {
-    "_scaled_dot_product_flash_attention_for_cpu": 1,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": 2.5,
+    "_scaled_dot_product_flash_attention_for_cpu": False,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": True,
 }
-"""Fused attention kernels: GEMM work as a multiple of the forward's two products (Q K^T and P V)."""
+"""Fused attention kernels (:class:`~simhpc.costs.kernels.Attention`) and whether each is the backward."""
 REDUCTION_OPS = _names("""
     sum mean amax amin max min argmax argmin norm linalg_vector_norm var std var_mean std_mean prod
     logsumexp all any _foreach_norm
@@ -210,8 +210,9 @@ def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
         if len(shapes) < 3 or len(shapes[0]) != 4:
             return OpKernel(None, "attention without 4-D q, k, v shapes")
         (b, h, lq, e), (_, _, lk, _) = shapes[0], shapes[1]
-        factor = ATTENTION_OPS[op]
-        return OpKernel(Gemm(dtype=dtype, m=lq, n=lk, k=e, batch=max(1, round(2 * factor * b * h))))
+        if op.endswith("_backward"):  # (grad_out, q, k, v, ...): the first operand is the output gradient
+            (b, h, lq, e), (_, _, lk, _) = shapes[1], shapes[2]
+        return OpKernel(Attention(dtype=dtype, batch=b * h, lq=lq, lk=lk, e=e, backward=ATTENTION_OPS[op]))
     if len(shapes) < 2:
         return OpKernel(None, f"{op} without two operand shapes")
     a, b = shapes[0], shapes[1]
