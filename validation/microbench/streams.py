@@ -9,7 +9,6 @@ are counted STREAM-style: each array once (read or write), no write-allocate tra
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -29,15 +28,21 @@ def _ptr(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
-@functools.cache
+_POOLS: dict[type, np.ndarray] = {}
+
+
 def _inputs(count: int, n: int, dtype: type) -> tuple[np.ndarray, ...]:
-    """``count`` read-only uniform(-2, 2) arrays of ``n`` elements, drawn once per shape (drawing
-    them for every point took a third of ``simhpc calibrate``)."""
-    rng = np.random.default_rng(1)
-    arrays = tuple(rng.uniform(-2.0, 2.0, n).astype(dtype) for _ in range(count))
-    for array in arrays:
-        array.flags.writeable = False
-    return arrays
+    """``count`` read-only uniform(-2, 2) arrays of ``n`` elements: disjoint slices of one pool per
+    dtype, drawn once and grown as needed (drawing them for every point took a third of
+    ``simhpc calibrate``)."""
+    pool = _POOLS.get(dtype)
+    if pool is None or pool.size < count * n:
+        pool = np.random.default_rng(1).random(count * n, dtype=dtype)
+        pool *= 4.0
+        pool -= 2.0
+        pool.flags.writeable = False
+        _POOLS[dtype] = pool
+    return tuple(pool[i * n : (i + 1) * n] for i in range(count))
 
 
 def _arrays(count: int, n: int, dtype: type) -> list[np.ndarray]:
