@@ -260,6 +260,8 @@ class CalibratedEfficiency:
         for key, points in sorted(streams.items()):
             self._curves[key] = _curve_1d([p[0] for p in points], [p[1] for p in points])
             self._smallest[key] = min(p[0] for p in points)
+        self._runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
+        self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
 
     # -- the calibrated host ------------------------------------------------------------------
 
@@ -325,17 +327,15 @@ class CalibratedEfficiency:
         if section == "permute":
             return self._permute_time(int(op), dtype, working, threads)
         warm = self._curve_time(section, op, dtype, working, amount, threads)
-        if self.cache == "cold" and section in COLD_BASE:
-            cold_op = COLD_BASE[section] + COLD
-            if any(k[:2] == (section, cold_op) for k in self._curves):
-                cold = self._curve_time(section, cold_op, "fp32", working, kernel.bytes(), threads)
-                if warm is not None and cold is not None:
-                    return max(warm, cold)
+        if self.cache == "cold" and section in self._cold:
+            cold = self._curve_time(section, COLD_BASE[section] + COLD, "fp32", working, kernel.bytes(), threads)
+            if warm is not None and cold is not None:
+                return max(warm, cold)
         return warm
 
     def _permute_time(self, run: int, dtype: str, working: float, threads: int) -> float | None:
         """A layout-changing copy: the measured curves of the two nearest runs, log-log interpolated."""
-        runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
+        runs = self._runs
         if not runs:
             return None
         low = max([r for r in runs if r <= run], default=runs[0])
