@@ -224,6 +224,20 @@ def test_gpu_cluster_inter_node_path_crosses_assigned_nics(nics: int) -> None:
         assert topo.path_bandwidth(topo.path(f"n0.gpu{j}", f"n1.gpu{j}")) == 25 * GB
 
 
+def test_gpu_cluster_remote_host_memory_through_the_host_nic_or_the_rails() -> None:
+    host_nic = dgx(nodes=2, nics=4)
+    for j in range(8):  # by default every remote GPU enters a node's host memory through NIC 0
+        assert "n1.nic0" in node_path(host_nic, f"n0.gpu{j}", "n1.cpu")
+    rails = dgx(nodes=2, nics=4, host_rails=True)
+    for j in range(8):  # with host_rails: through the NIC of the sender's rail, then that NIC's PCIe switch
+        nic = f"nic{j * 4 // 8}"
+        path = node_path(rails, f"n0.gpu{j}", "n1.cpu")
+        assert f"n0.{nic}" in path and f"n1.{nic}" in path and path[-2].startswith("n1.pcie")
+        assert f"n0.{nic}" in node_path(rails, "n1.cpu", f"n0.gpu{j}")  # and back along the same rail
+    assert "n1.nic0" in node_path(rails, "n0.cpu", "n1.cpu")  # host to host: the first rail
+    assert node_path(rails, "n0.gpu3", "n1.gpu3") == node_path(host_nic, "n0.gpu3", "n1.gpu3")
+
+
 def test_gpu_cluster_fat_tree_fabric() -> None:
     topo = dgx(nodes=4, nics=2, fabric="fat_tree", nodes_per_leaf=2, oversubscription=2.0)
     assert {"leaf0", "leaf1"} <= set(topo.nodes)

@@ -258,6 +258,7 @@ def gpu_cluster(
     oversubscription: float = 1.0,
     spines: int | None = None,
     ecmp: bool = True,
+    host_rails: bool = False,
 ) -> Topology:
     """Multi-GPU nodes (DGX-like) joined by a switch or a fat-tree of NIC ports.
 
@@ -283,6 +284,10 @@ def gpu_cluster(
         oversubscription: fat-tree leaf downlink / uplink capacity.
         spines: fat-tree spines (default: NIC ports per leaf).
         ecmp: spread node pairs over equal paths by a stable hash.
+        host_rails: traffic between a GPU of another node and this node's host memory enters
+            through the NIC of the GPU's rail (GPUDirect RDMA on a rail-optimised fabric); by
+            default it uses the node's first NIC (a host NIC), so all of a node's remote host
+            traffic shares one port.
     """
     nodes = _count("nodes", nodes)
     gpus = _count("gpus_per_node", gpus_per_node)
@@ -302,7 +307,7 @@ def gpu_cluster(
     topo = Topology(f"gpu_cluster-{nodes}x{gpus}", ecmp=ecmp)
     ports: list[str] = []
     for i in range(nodes):
-        ports += _gpu_node(topo, f"n{i}", gpus, nics, nvlink, pcie)
+        ports += _gpu_node(topo, f"n{i}", gpus, nics, nvlink, pcie, host_rails)
     if nodes == 1:
         return topo
     if fabric == "single_switch":
@@ -322,6 +327,7 @@ def _gpu_node(
     nics: int,
     nvlink: tuple[float, float],
     pcie: tuple[float, float],
+    host_rails: bool = False,
 ) -> list[str]:
     """Add one multi-GPU node; returns its NIC names (the fabric ports)."""
     for j in range(gpus):
@@ -343,5 +349,8 @@ def _gpu_node(
     if nics:
         for j in range(gpus):
             topo.set_gateway(f"{node}.gpu{j}", f"{node}.nic{j * nics // gpus}")
-        topo.set_gateway(f"{node}.cpu", f"{node}.nic0")
+        if host_rails:
+            topo.set_rail_gateways(f"{node}.cpu", names)
+        else:
+            topo.set_gateway(f"{node}.cpu", f"{node}.nic0")
     return names

@@ -95,6 +95,8 @@ class Topology:
         self._ordinal: dict[str, int] = {}
         self._machine: dict[str, str] = {}
         self._gateway: dict[str, str] = {}
+        self._rails: dict[str, tuple[str, ...]] = {}
+        self._rail_index: dict[str, int] = {}
         self._adjacency: dict[str, list[tuple[str, int]]] = {}
         self._paths: dict[tuple[str, str], tuple[int, ...]] = {}
         self._routes: dict[tuple[str, str], Route] = {}
@@ -188,6 +190,32 @@ class Topology:
         self._gateway[endpoint] = gateway
         self._forget_routes()
 
+    def set_rail_gateways(self, endpoint: str, gateways: list[str]) -> None:
+        """Route ``endpoint``'s traffic with other machines through the gateway of the same rail.
+
+        In a rail-optimised cluster NIC ``i`` of every machine sits on the same fabric plane: traffic
+        between ``endpoint`` (host memory, reachable from every NIC of its machine) and an endpoint
+        whose gateway is NIC ``i`` of its machine uses ``gateways[i]``; traffic with an endpoint
+        without a rail uses ``gateways[0]``.
+        """
+        for node in (endpoint, *gateways):
+            if node not in self._transit:
+                raise ValueError(f"topology {self.name!r}: unknown node {node!r}")
+        if not gateways:
+            raise ValueError(f"topology {self.name!r}: {endpoint!r} needs at least one rail gateway")
+        self._rails[endpoint] = tuple(gateways)
+        for index, gateway in enumerate(gateways):
+            self._rail_index[gateway] = index
+        self._gateway[endpoint] = gateways[0]
+        self._forget_routes()
+
+    def _gateway_towards(self, endpoint: str, other: str) -> str:
+        """The gateway ``endpoint`` uses for traffic with ``other`` (on another machine)."""
+        rails = self._rails.get(endpoint)
+        if rails is None:
+            return self._gateway.get(endpoint, endpoint)
+        return rails[self._rail_index.get(self._gateway.get(other, ""), 0) % len(rails)]
+
     def _forget_routes(self) -> None:
         self._paths.clear()
         self._routes.clear()
@@ -229,7 +257,7 @@ class Topology:
                 raise ValueError(f"topology {self.name!r}: unknown node {node!r}")
         waypoints = [src]
         if self._machine[src] != self._machine[dst]:
-            waypoints += [self._gateway.get(src, src), self._gateway.get(dst, dst)]
+            waypoints += [self._gateway_towards(src, dst), self._gateway_towards(dst, src)]
         waypoints.append(dst)
         links: list[int] = []
         spread = self._ordinal[src] + self._ordinal[dst]

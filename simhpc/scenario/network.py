@@ -81,6 +81,9 @@ class GpuCluster(_TopologyBase):
     nic_bandwidth: Bandwidth | None = None
     nvlink_bandwidth: Bandwidth | None = None
     pcie_bandwidth: Bandwidth | None = None
+    host_rails: bool = False
+    """Another node's GPUs reach this node's host memory through the NIC of their rail (GPUDirect
+    RDMA on a rail-optimised fabric) instead of the node's first NIC."""
 
     def builder_params(self, catalog: Catalog) -> dict[str, Any]:
         spec = catalog.nodes[self.node]
@@ -99,6 +102,7 @@ class GpuCluster(_TopologyBase):
             "fabric": self.fabric,
             "nodes_per_leaf": self.nodes_per_leaf,
             "oversubscription": self.oversubscription,
+            "host_rails": self.host_rails,
         }
 
 
