@@ -180,17 +180,12 @@ class Communicator:
                 f"hierarchical all-reduce needs the same number of ranks on every node, got {sizes}"
             )
         size = op.nbytes
-        gather = [
-            Ring(
-                self.network,
-                [self.ranks[i] for i in members],
-                local - 1,
-                size / local,
-                tag,
-                partial(self._map_done, members, op.finish),
-            )
-            for members in nodes
-        ]
+
+        def in_node(members: list[int], done: Callable[[int], None]) -> Ring:
+            """A ring over one node's ranks moving a 1/local share of the buffer per step."""
+            return Ring(self.network, [self.ranks[i] for i in members], local - 1, size / local, tag, done)
+
+        gather = [in_node(members, partial(self._map_done, members, op.finish)) for members in nodes]
         across = [
             Ring(
                 self.network,
@@ -202,17 +197,7 @@ class Communicator:
             )
             for j in range(local)
         ]
-        scatter = [
-            Ring(
-                self.network,
-                [self.ranks[i] for i in members],
-                local - 1,
-                size / local,
-                tag,
-                partial(self._start_across, across, a),
-            )
-            for a, members in enumerate(nodes)
-        ]
+        scatter = [in_node(members, partial(self._start_across, across, a)) for a, members in enumerate(nodes)]
         for ring in scatter:
             for j in range(local):
                 ring.start(j)
