@@ -38,10 +38,11 @@ class PipelineTrainingConfig(Strict):
     stage_overhead: Time = 0.0
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""
-    partition: Literal["time", "time_and_transfer", "even"] = "time"
+    partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
     """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's
     balance by time), the same plus the transfers of the cut that ends it (PipeDream's
-    objective; transfers overlap compute, so this over-weights them), or equal layer counts."""
+    objective; transfers overlap compute, so this over-weights them), equal layer counts, or
+    minimise the largest stage's parameter count (DeepSpeed's default ``partition_method``)."""
     optimizer: Literal["adam", "sgd", "none"] = "adam"
     """Optimizer state kept per parameter (memory only)."""
     memory_capacity: PositiveSize | None = None

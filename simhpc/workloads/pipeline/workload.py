@@ -89,6 +89,8 @@ class PipelineTrainingWorkload(Workload):
         stages = self.schedule.stages(count)
         if config.partition == "even":
             self.bounds = even_partition(len(layer_costs), stages)
+        elif config.partition == "parameters":
+            self.bounds = balanced_partition(layer_costs.params.astype(float), stages)
         else:
             cuts = None
             if config.partition == "time_and_transfer":  # activation out, gradient back, GPU to GPU
