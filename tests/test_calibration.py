@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -23,6 +24,7 @@ from simhpc.costs.calibration_file import (
     validate,
     write_calibration,
 )
+from simhpc.costs.calibration_merge import merge_calibrations
 from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, HashProbe, Reduction, Stencil
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.hardware import builtin_catalog
@@ -302,9 +304,15 @@ def test_cold_cache_bounds_memory_bound_kernels(cal_path: Path) -> None:
     # a kernel slower than the cold floor (compute-bound tanh at DRAM sizes) keeps its own time
     huge = Elementwise(dtype="fp32", n=1 << 28, op="tanh")
     assert cold.duration(huge, cpu, 1) == pytest.approx(warm.duration(huge, cpu, 1), rel=1e-9)
-    # the warm model ignores the cold points; GEMMs are not memory-bound kernels
+    # a product pays its bytes on the cold add curve less the same bytes on the warm one
     product = Gemm(dtype="fp32", m=256, n=256, k=256)
-    assert cold.duration(product, cpu, 1) == warm.duration(product, cpu, 1)
+    same_bytes = Elementwise(dtype="fp32", n=int(product.bytes()) // 12, op="add", inputs=2, outputs=1)
+    assert same_bytes.bytes() == product.bytes()
+    extra = cold.duration(same_bytes, cpu, 1) - warm.duration(same_bytes, cpu, 1)
+    assert extra > 0
+    assert cold.duration(product, cpu, 1) == pytest.approx(warm.duration(product, cpu, 1) + extra, rel=1e-9)
+    convolution = Gemm(dtype="fp32", m=256, n=256, k=256, conv="forward")
+    assert cold.duration(convolution, cpu, 1) == warm.duration(convolution, cpu, 1)
     with pytest.raises(ValueError, match="cache"):
         CalibratedEfficiency(cal, cache="lukewarm")
 
@@ -438,10 +446,11 @@ def test_committed_calibration_is_the_catalog_host() -> None:
     for blas in cal.gemm_backends():
         model = CostModel(CalibratedEfficiency(cal, gemm_method="linear", blas=blas))
         for row in [r for r in cal.rows("gemm") if r["blas"] == blas][::25]:
-            kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"])
+            kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"],
+                          layout=row.get("layout", "nn"))
             assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.02)
     assert cal.data["microbench"]["profile"] == "full"
-    assert cal.data["microbench"]["wall_time_s"] < 180
+    assert cal.data["microbench"]["wall_time_s"] < 180  # the longest of the merged runs
 
 
 def test_microbench_timing_summary() -> None:
@@ -505,3 +514,63 @@ def test_kernel_library_leaves_floating_point_state_alone() -> None:
 def test_calibrate_bad_output_folder(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(tmp_path / "no" / "such" / "c.json")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_transposed_products_use_the_points_of_their_layout(tmp_path: Path) -> None:
+    """A calibration with ``nt`` points times narrow ``nt`` products from them; wide ones (and
+    layouts it did not measure) from the ``nn`` points."""
+    data = synthetic()
+    narrow = [
+        dict(row, layout="nt", time_s=row["time_s"] * 3.0)
+        for row in data["kernels"]["gemm"]
+        if row["dtype"] == "fp32" and min(row["m"], row["n"], row["k"]) < 64 and row["batch"] == 1
+    ]
+    data["kernels"]["gemm"] += narrow
+    cal = tmp_calibration(tmp_path / "layouts.json", data)
+    efficiency = CalibratedEfficiency(cal, gemm_method="linear")
+    for m, n, k in ((1024, 16, 256), (16, 1024, 1024)):
+        nn, nt, tn = (Gemm(dtype="fp32", m=m, n=n, k=k, layout=layout) for layout in ("nn", "nt", "tn"))
+        assert efficiency.gemm_fraction(nt, 4) == pytest.approx(efficiency.gemm_fraction(nn, 4) / 3.0, rel=1e-6)
+        assert efficiency.gemm_fraction(tn, 4) == efficiency.gemm_fraction(nn, 4)
+    wide = Gemm(dtype="fp32", m=256, n=1024, k=64)
+    assert efficiency.gemm_fraction(dataclasses.replace(wide, layout="nt"), 4) == pytest.approx(
+        efficiency.gemm_fraction(wide, 4), rel=1e-6
+    )
+    data["kernels"]["gemm"][0]["layout"] = "tx"
+    with pytest.raises(CalibrationError, match=r"kernels\.gemm\.0\.layout"):
+        validate(data, "bad.json")
+
+
+def test_merge_keeps_each_points_fastest_measurement(tmp_path: Path) -> None:
+    fast, slow = synthetic(), synthetic()
+    for row in slow["kernels"]["gemm"][::2] + slow["kernels"]["bandwidth"]:
+        row["time_s"] *= 1.3
+    for row in fast["kernels"]["gemm"][1::2]:
+        row["time_s"] *= 1.5
+    slow["kernels"]["gemm"].append(dict(slow["kernels"]["gemm"][0], m=8, time_s=1e-6))  # only in one run
+    slow["probes"]["clock"]["clock_hz"] = CLOCK * 0.9
+    runs = [tmp_calibration(tmp_path / f"{name}.json", data) for name, data in (("fast", fast), ("slow", slow))]
+    merged = merge_calibrations(runs, created="2026-01-02T00:00:00Z")
+    reference = synthetic()["kernels"]
+    gemm = merged["kernels"]["gemm"]
+    assert len(gemm) == len(reference["gemm"]) + 1
+    assert [row["time_s"] for row in gemm[:-1]] == [row["time_s"] for row in reference["gemm"]]
+    assert gemm[-1]["m"] == 8
+    assert merged["kernels"]["bandwidth"] == reference["bandwidth"]
+    assert merged["derived"] == synthetic()["derived"]  # recomputed from the fastest points and probes
+    validate(merged, "merged.json")
+    foreign = synthetic()
+    foreign["host"]["cores"] = 64
+    other = tmp_calibration(tmp_path / "foreign.json", foreign)
+    with pytest.raises(CalibrationError, match=r"foreign\.json: measured on another machine"):
+        merge_calibrations([runs[0], other])
+
+
+def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
+    out = tmp_path / "merged.json"
+    result = CliRunner().invoke(main, ["calibrate", "--merge", str(cal_path), "--merge", str(cal_path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert load_calibration(out).data["kernels"] == load_calibration(cal_path).data["kernels"]
+    (tmp_path / "broken.json").write_text('{"schema": "simhpc-calibration"')
+    broken = CliRunner().invoke(main, ["calibrate", "--merge", str(tmp_path / "broken.json"), "-o", str(out)])
+    assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output

@@ -6,6 +6,7 @@ import datetime as dt
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -13,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from simhpc.cli.main import user_errors
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
-from simhpc.costs.calibration_file import build_calibration, write_calibration
+from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
+from simhpc.costs.calibration_merge import merge_calibrations
 from simhpc.hardware.host import detect_host
 from simhpc.units import format_bandwidth, format_rate, format_time
 
@@ -32,6 +34,13 @@ def _other_runnable() -> int:
     return 0
 
 
+def _write(data: dict[str, Any], output: Path) -> None:
+    try:
+        write_calibration(data, output)
+    except OSError as error:
+        raise MicrobenchError(f"{output}: cannot write ({error.strerror or error})") from None
+
+
 @click.command("calibrate")
 @click.option(
     "-o",
@@ -42,8 +51,16 @@ def _other_runnable() -> int:
     help="Calibration file to write.",
 )
 @click.option("--quick", is_flag=True, help="A few points per kernel (seconds): a smoke test, not a calibration.")
+@click.option(
+    "--merge",
+    "merge",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Measure nothing: combine these calibrations of this host (repeat the option), keeping each "
+    "point's fastest measurement (on a machine whose speed drifts, the min-of-N estimate).",
+)
 @user_errors
-def command(output: Path, quick: bool) -> None:
+def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
     """Time real kernels on this machine and write a calibration file.
 
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
@@ -55,6 +72,10 @@ def command(output: Path, quick: bool) -> None:
     err = Console(stderr=True)
     if output.parent and not output.parent.exists():
         raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
+    if merge:
+        _write(merge_calibrations([load_calibration(path) for path in merge]), output)
+        click.echo(f"merged {len(merge)} calibrations (each point's fastest) into {output}")
+        return
     suite = load_suite()
     host = detect_host()
     busy = _other_runnable()
@@ -101,10 +122,7 @@ def command(output: Path, quick: bool) -> None:
     }
     created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     data = build_calibration(host, results["kernels"], results["probes"], microbench, created)
-    try:
-        write_calibration(data, output)
-    except OSError as error:
-        raise MicrobenchError(f"{output}: cannot write ({error.strerror or error})") from None
+    _write(data, output)
     derived = data["derived"]
     points = sum(len(rows) for rows in data["kernels"].values())
     click.echo(

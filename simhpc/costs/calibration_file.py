@@ -22,7 +22,8 @@ Version 2 adds the ``blas`` field of GEMM rows: the library that multiplied (``n
 OpenBLAS; ``torch``: PyTorch's MKL / oneDNN). Version 1 files still load; their GEMM rows are
 ``numpy`` ones. The ``permute`` (layout-changing copies, by contiguous run) and ``conv`` (torch
 convolutions as implicit GEMMs, forward and backward) sections are optional: without them such
-copies are not covered and convolutions use the GEMM points.
+copies are not covered and convolutions use the GEMM points. A GEMM row may carry ``layout``
+(``nn`` when absent; ``nt``, ``tn``: operands stored transposed).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from simhpc import __version__
+from simhpc.costs.kernels import LAYOUTS
 from simhpc.errors import SimhpcError
 from simhpc.hardware.catalog import Catalog, CatalogError
 from simhpc.hardware.host import COMMITTED_CALIBRATION, HostFacts, HostFactsError, catalog_entries
@@ -165,6 +167,12 @@ def validate(data: Any, source: str) -> Calibration:
                         raise _fail(source, f"kernels.{section}.{i}.{key}", f"expected a string, got {row.get(key)!r}")
                 else:
                     _check_number(row.get(key), source, f"kernels.{section}.{i}.{key}")
+            if section == "gemm" and row.get("layout", "nn") not in LAYOUTS:
+                raise _fail(
+                    source,
+                    f"kernels.gemm.{i}.layout",
+                    f"unknown operand layout {row.get('layout')!r} (known: {', '.join(LAYOUTS)})",
+                )
             if section == "gemm" and row.get("blas", "numpy") not in GEMM_BACKENDS:
                 raise _fail(
                     source,

@@ -42,6 +42,10 @@ class Kernel:
         return self.flops() / moved if moved else float("inf")
 
 
+LAYOUTS = ("nn", "nt", "tn", "tt")
+"""GEMM operand layouts: ``t`` marks an operand stored transposed (A, then B)."""
+
+
 @dataclass(frozen=True)
 class Gemm(Kernel):
     """C[m,n] = A[m,k] @ B[k,n] (+ C), ``batch`` independent products.
@@ -49,6 +53,11 @@ class Gemm(Kernel):
     ``conv``: ``""`` for a BLAS product; ``"forward"`` or ``"backward"`` for a convolution pass
     lowered to an implicit GEMM (``batch`` = groups x gradients computed), which a calibration may
     time from its own convolution points.
+
+    ``layout``: whether ``A`` and ``B`` are stored transposed (column-major), ``"nn"``, ``"nt"``,
+    ``"tn"`` or ``"tt"``: a linear layer's forward multiplies by its transposed weight (``nt``), its
+    weight gradient by the transposed input (``tn``). BLAS kernels for narrow products differ by
+    layout (2-3x here for ``n`` < 16); a calibration with points of that layout times it from them.
     """
 
     m: int = 1
@@ -56,6 +65,11 @@ class Gemm(Kernel):
     k: int = 1
     batch: int = 1
     conv: str = ""
+    layout: str = "nn"
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"GEMM layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
 
     kind = "gemm"
 

@@ -19,6 +19,7 @@ Integer tensors use the float type of the same width for their bytes (``long`` a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -169,12 +170,16 @@ def _numel(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+NOT_TENSORS = ("Scalar", "ScalarList", "", "None", "GenericList")
+"""``Input type`` entries of arguments that are not tensors."""
+
+
 def _tensors(shapes: list[Any], dtypes: list[str]) -> list[tuple[list[int], str]]:
     """(shape, dtype) of each tensor argument; tensor lists are flattened; scalars dropped."""
     found = []
     for i, shape in enumerate(shapes):
         kind = dtypes[i] if i < len(dtypes) else ""
-        if kind in ("Scalar", "ScalarList", "", "None", "GenericList"):
+        if kind in NOT_TENSORS:
             continue
         if kind == "TensorList" and isinstance(shape, list):
             found.extend((s, "float") for s in shape if _is_shape(s))
@@ -204,7 +209,7 @@ def _int_list(text: Any, default: list[int]) -> list[int]:
 def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
     shapes = [s for s, _ in tensors]
     dtype = _dtype(tensors[0][1]) if tensors else "fp32"
-    if op in ("addmm", "_addmm_activation", "baddbmm", "addmv", "addbmm"):
+    if op in (*ADDED_TERM_FIRST, "addmv"):
         shapes = shapes[1:]  # the added term first
     if op in ATTENTION_OPS:
         if len(shapes) < 3 or len(shapes[0]) != 4:
@@ -333,6 +338,35 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
     return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
 
 
+ADDED_TERM_FIRST = ("addmm", "_addmm_activation", "baddbmm", "addbmm")
+
+
+def _transposed(shape: list[int], strides: Any) -> bool:
+    """Whether a matrix operand (its last two dims) is stored column-major."""
+    if len(shape) < 2 or not isinstance(strides, list) or len(strides) != len(shape):
+        return False
+    return shape[-1] > 1 and shape[-2] > 1 and strides[-2] == 1 and strides[-1] != 1
+
+
+def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | None) -> str:
+    """A product's operand layout (``nn``, ``nt``, ``tn``, ``tt``) from its recorded strides; a leaf
+    ``linear`` multiplies by its transposed weight. ``nn`` when strides were not recorded."""
+    if op == "linear":
+        return "nt"
+    if not strides or op not in ("mm", "bmm", *ADDED_TERM_FIRST):
+        return "nn"
+    operands = [
+        (shape, strides[i] if i < len(strides) else None)
+        for i, shape in enumerate(shapes)
+        if (dtypes[i] if i < len(dtypes) else "") not in NOT_TENSORS and _is_shape(shape)
+    ]
+    if op in ADDED_TERM_FIRST:
+        operands = operands[1:]
+    if len(operands) < 2:
+        return "nn"
+    return "".join("t" if _transposed(shape, stride) else "n" for shape, stride in operands[:2])
+
+
 def _contiguous_run(shape: list[int], strides: Any) -> int:
     """Elements the source holds contiguously in row-major (destination) order: the whole tensor
     when ``strides`` are row-major or broadcast (or unknown), 1 for a transpose, the head size
@@ -385,7 +419,11 @@ def kernel_for(
     if not tensors:
         return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")
     if kind == "gemm":
-        return _gemm(op, tensors)
+        found = _gemm(op, tensors)
+        layout = _layout(op, shapes, dtypes, strides)
+        if isinstance(found.kernel, Gemm) and layout != "nn":
+            return OpKernel(dataclasses.replace(found.kernel, layout=layout))
+        return found
     if kind == "conv":
         return _conv(op, tensors, concrete)
     if kind == "reduction":

@@ -1,8 +1,8 @@
 """Leave-one-out error of the GEMM interpolation on a calibration file.
 
-For each (dtype, threads) group and each measured GEMM point: fit the surface on the other points,
-predict the held-out one, and report the mean and median relative time error per method. This is
-how ``simhpc.costs.calibration.GEMM_METHOD`` and ``GEMM_SMOOTHING`` were chosen.
+For each (dtype, threads) group of untransposed (``nn``) points and each of its points: fit the
+surface on the other points, predict the held-out one, and report the mean and median relative
+time error per method. This is how ``simhpc.costs.calibration.GEMM_METHOD`` and ``GEMM_SMOOTHING`` were chosen.
 
     .venv/bin/python validation/calibration/loo.py [validation/calibration/host.json [numpy|torch]]
 """
@@ -26,7 +26,7 @@ def main() -> None:
     blas = sys.argv[2] if len(sys.argv) > 2 else "numpy"
     groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for row in cal.rows("gemm"):
-        if row.get("blas", "numpy") == blas:
+        if row.get("blas", "numpy") == blas and row.get("layout", "nn") == "nn":
             groups[(row["dtype"], row["threads"])].append(row)
     print(f"{path} ({blas} GEMM points): leave-one-out relative error of GEMM time (mean / median)")
     totals: dict[tuple[str, float], list[float]] = defaultdict(list)

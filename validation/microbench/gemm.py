@@ -11,7 +11,9 @@ covers square, skinny and small products; for torch (fp32 only, the precision tr
 (4, then 16 .. 4096 in steps of 2x above 256, up to 2 GFLOP per call: framework layers are 512 or 2048 wide, and
 factor-4 steps left up to 60 % between grid points); extra squares; the DeepMD embedding-net
 (1 -> 25 -> 50 -> 100 per neighbour) and fitting-net (descriptor -> 240 -> 240 -> 240 -> 1)
-shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``).
+shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``). Every point
+multiplies untransposed operands (``nn``) except the torch layout points: narrow products with a
+transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels differ up to 10x.
 """
 
 from __future__ import annotations
@@ -39,6 +41,36 @@ DEEPMD = (
 )
 BATCHED = tuple((b, m, n, k) for b in (8, 64) for m, n, k in ((64, 64, 64), (256, 256, 64), (256, 64, 256)))
 QUICK_SHAPES = ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 64, 16), (8, 64, 64, 64))
+LAYOUTS = ("nt", "tn")
+"""Transposed-operand layouts measured through torch (fp32) besides ``nn``: a linear layer's forward
+multiplies by its transposed weight (``nt``), its weight gradient by the transposed input (``tn``)."""
+NARROW = (4, 10, 16)
+"""Narrow widths of the layout points: MKL's kernels for products with a dimension under 16 differ
+by layout (an ``nt`` product with n = 10 ran in 0.45x the ``nn`` time here) and are not monotone in
+the width (n = 10 took longer than 8, 12 or 16), so one width that is no multiple of the 8-float
+vector is measured besides the grid's 4 and 16."""
+WIDE = (64, 512, 4096)
+LAYOUT_MAX_MNK = 2**26
+
+
+def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the torch points measured per layout (one round): one narrow dimension,
+    the other two wide, in every position, up to 2^26 multiply-adds; ``nn`` only for the widths the
+    fine grid lacks."""
+    if quick:
+        return [(64, 10, 512, layout) for layout in ("nn", *LAYOUTS)]
+    found: list[tuple[int, int, int, str]] = []
+    for layout in ("nn", *LAYOUTS):
+        for narrow in NARROW:
+            if layout == "nn" and narrow in FINE_GRID:
+                continue
+            for position in range(3):
+                for wide in itertools.product(WIDE, WIDE):
+                    dims = list(wide)
+                    dims.insert(position, narrow)
+                    if dims[0] * dims[1] * dims[2] <= LAYOUT_MAX_MNK:
+                        found.append((*dims, layout))  # type: ignore[arg-type]
+    return found
 
 
 def dtypes(blas: str) -> tuple[str, ...]:
@@ -105,12 +137,18 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _torch_call(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], object]:
+def _torch_call(a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn") -> Callable[[], object]:
     """``torch.mm``/``torch.bmm`` into an output from torch's allocator: into a numpy-allocated one,
-    MKL took twice as long here for a 2048 x 1024 fp32 output (29 against 15 ms, 1 thread)."""
+    MKL took twice as long here for a 2048 x 1024 fp32 output (29 against 15 ms, 1 thread).
+    ``layout``: a ``t`` operand is the transposed view of a contiguous copy of its transpose."""
     import torch
 
-    ta, tb = torch.from_numpy(a).clone(), torch.from_numpy(b).clone()
+    def stored(x: np.ndarray, transposed: str) -> torch.Tensor:
+        if transposed == "t":
+            return torch.from_numpy(np.ascontiguousarray(x.swapaxes(-1, -2))).transpose(-1, -2)
+        return torch.from_numpy(x).clone()
+
+    ta, tb = stored(a, layout[0]), stored(b, layout[1])
     tc = torch.empty(c.shape, dtype=ta.dtype)
     if ta.dim() == 3:
         return lambda: torch.bmm(ta, tb, out=tc)
@@ -132,16 +170,22 @@ def _operand(shape: tuple[int, ...], dtype: str, which: int) -> np.ndarray:
 
 
 def measure_gemm(
-    batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget, blas: str = "numpy"
+    batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget, blas: str = "numpy",
+    layout: str = "nn",
 ) -> dict:
-    """Time ``C = A @ B`` once per call (``np.matmul`` or ``torch.mm``/``torch.bmm`` with ``out=``); a record."""
+    """Time ``C = A @ B`` once per call (``np.matmul`` or ``torch.mm``/``torch.bmm`` with ``out=``); a record.
+
+    ``layout`` (torch only): operands stored transposed, ``nn``, ``nt``, ``tn`` or ``tt``.
+    """
     lead = (batch,) if batch > 1 else ()
     a = _operand((*lead, m, k), dtype, 0)
     b = _operand((*lead, k, n), dtype, 1)
     c = np.empty((*lead, m, n), dtype=DTYPES[dtype])
     if blas == "torch":
         with torch_threads(threads):
-            result = measure_python(_torch_call(a, b, c), budget)
+            result = measure_python(_torch_call(a, b, c, layout), budget)
+    elif layout != "nn":
+        raise ValueError("transposed layouts are measured through torch only")
     elif blas == "numpy":
         with blas_threads(threads):
             result = measure_python(lambda: np.matmul(a, b, out=c), budget)
@@ -156,6 +200,7 @@ def measure_gemm(
         "m": m,
         "n": n,
         "k": k,
+        **({"layout": layout} if blas == "torch" else {}),
         **result.row(),
         "flops_per_s": flops / result.median_s,
     }

@@ -14,7 +14,7 @@ from typing import Any
 from . import conv, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 4
+SUITE_VERSION = 5
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -121,6 +121,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     if not quick:
         repeats_of = [t for t in tasks if t.section == "gemm" and " torch " in f" {t.label} "]
         tasks += [Task(t.section, t.label, t.call, again=True) for _ in range(ROUNDS - 1) for t in repeats_of]
+    if gemm.torch_available():  # one round: narrow products by operand layout
+        for t in threads:
+            for m, n, k, layout in gemm.layout_shapes(quick):
+                call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget, "torch", layout)
+                tasks.append(Task("gemm", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
     return tasks
 
 

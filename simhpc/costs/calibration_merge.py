@@ -1,0 +1,81 @@
+"""Combining calibrations of one host: each point's fastest measurement (``simhpc calibrate --merge``).
+
+A shared or virtualised machine runs slower for seconds to minutes at a time (here: 20-30 % on
+the same GEMM, minutes apart), so one ``simhpc calibrate`` samples each kernel in whatever state
+the machine was in. Merging several runs keeps, per point, the run that measured it fastest: the
+min-of-N estimate of the unperturbed machine that ``timeit`` and the trace captures use too.
+Derived figures (peak, bandwidth, latency) are recomputed from the merged points.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from simhpc.costs.calibration_file import Calibration, CalibrationError, build_calibration
+
+MEASUREMENT_FIELDS = frozenset(
+    {"time_s", "spread_s", "min_s", "samples", "calls_per_sample", "rounds", "latency_s", "steps"}
+)
+"""Row fields that are measurements, not the point's identity (nor are rates, ``*_per_s``)."""
+
+
+def _identity(row: dict[str, Any]) -> str:
+    """What a row measured (its shape, op, threads...), as a canonical string."""
+    return json.dumps(
+        {key: value for key, value in row.items() if key not in MEASUREMENT_FIELDS and not key.endswith("_per_s")},
+        sort_keys=True,
+    )
+
+
+def _seconds(row: dict[str, Any]) -> float:
+    return float(row["latency_s"] if "latency_s" in row and "time_s" not in row else row["time_s"])
+
+
+def merge_calibrations(calibrations: Sequence[Calibration], created: str | None = None) -> dict[str, Any]:
+    """One calibration object from several of the same host and suite: per point the fastest row.
+
+    Points measured by only some runs are kept as measured. The probes (clock, FMA rate) keep their
+    fastest reading. Raises :class:`CalibrationError` naming the file that differs in host or
+    microbenchmark suite from the first.
+    """
+    if not calibrations:
+        raise CalibrationError("no calibrations to merge")
+    first = calibrations[0]
+    suite = (first.data.get("microbench") or {}).get("suite_version")
+    for other in calibrations[1:]:
+        if other.host.fingerprint() != first.host.fingerprint():
+            raise CalibrationError(f"{other.source}: measured on another machine than {first.source}; not merged")
+        if (other.data.get("microbench") or {}).get("suite_version") != suite:
+            raise CalibrationError(
+                f"{other.source}: microbenchmark suite version differs from {first.source}'s ({suite}); not merged"
+            )
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    for calibration in calibrations:
+        for section, rows in calibration.data["kernels"].items():
+            fastest = kernels.setdefault(section, [])
+            where = {_identity(row): i for i, row in enumerate(fastest)}
+            for row in rows:
+                i = where.get(_identity(row))
+                if i is None:
+                    where[_identity(row)] = len(fastest)
+                    fastest.append(dict(row))
+                elif _seconds(row) < _seconds(fastest[i]):
+                    fastest[i] = dict(row)
+    probes = {
+        "clock": max((c.data["probes"].get("clock") or {} for c in calibrations), key=lambda p: p.get("clock_hz", 0)),
+        "fma": max((c.data["probes"].get("fma") or {} for c in calibrations), key=lambda p: p.get("flops_per_s", 0)),
+    }
+    runs = [
+        {"created": c.data.get("created", c.source), "wall_time_s": (c.data.get("microbench") or {}).get("wall_time_s")}
+        for c in calibrations
+    ]
+    microbench = {
+        **(first.data.get("microbench") or {}),
+        "wall_time_s": max((run["wall_time_s"] or 0.0 for run in runs), default=0.0),  # the longest run
+        "merged_from": runs,
+    }
+    when = created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return build_calibration(first.host, kernels, probes, microbench, when)
