@@ -25,7 +25,7 @@ from simhpc.costs.calibration_file import (
     write_calibration,
 )
 from simhpc.costs.calibration_merge import merge_calibrations
-from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, HashProbe, Reduction, Stencil
+from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, HashProbe, Reduction, Stencil
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.hardware import builtin_catalog
 from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
@@ -59,6 +59,7 @@ def _bandwidth(size: int, threads: int) -> float:
 
 PERMUTE_RATES = {1: 1e9, 16: 4e9, 256: 16e9}
 COLD_BANDWIDTH = 10e9
+POOL_RATE = 0.6e9  # bytes/s of the synthetic max pooling (slower than the cold floor, like torch's)
 """Bytes/s per thread of the synthetic cold add and sum (any size)."""
 CONV_FRACTION = {"forward": 0.2, "backward": 0.1}
 """Fraction of fp32 peak of the synthetic convolutions (shape-independent)."""
@@ -70,7 +71,8 @@ def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
     kernels: dict[str, list[dict]] = {
         s: []
         for s in (
-            "gemm", "conv", "elementwise", "reduction", "bandwidth", "permute", "latency", "stencil", "hash_probe"
+            "gemm", "conv", "elementwise", "reduction", "bandwidth", "permute", "framework", "latency", "stencil",
+            "hash_probe",
         )
     }
     sizes = [4096 * 4**i for i in range(9)]
@@ -148,6 +150,10 @@ def synthetic(threads: tuple[int, ...] = (1, 4)) -> dict:
                     "time_s": cells * 2e-9 / t,
                 }
             )
+    for t in threads:
+        for size in (1 << 20, 16 << 20):
+            pooling = {"op": "max_pool2d_with_indices", "dtype": "fp32", "threads": t, "bytes": size}
+            kernels["framework"].append({**pooling, "time_s": size / POOL_RATE})
     for size in (16 << 10, 1 << 20, 16 << 20, 64 << 20, 128 << 20):
         kernels["latency"].append(
             {"bytes": size, "latency_s": 1e-9 if size < 1 << 20 else 20e-9 if size < 64 << 20 else 100e-9}
@@ -574,3 +580,16 @@ def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
     (tmp_path / "broken.json").write_text('{"schema": "simhpc-calibration"')
     broken = CliRunner().invoke(main, ["calibrate", "--merge", str(tmp_path / "broken.json"), "-o", str(out)])
     assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output
+
+
+def test_framework_ops_use_the_measurements_of_the_very_op(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    efficiency = CalibratedEfficiency(cal, cache="cold")
+    pool = FrameworkOp(dtype="fp32", op="max_pool2d_with_indices", nbytes=4 << 20)
+    assert CostModel(efficiency).duration(pool, cpu, 1) == pytest.approx(pool.bytes() / POOL_RATE, rel=1e-6)
+    tiny = FrameworkOp(dtype="fp32", op="max_pool2d_with_indices", nbytes=1 << 10)  # below the smallest point
+    assert CostModel(efficiency).duration(tiny, cpu, 1) == pytest.approx((1 << 20) / POOL_RATE, rel=1e-6)
+    unmeasured = FrameworkOp(dtype="fp32", op="bernoulli", nbytes=4 << 20)
+    assert efficiency.covers(pool) and not efficiency.covers(unmeasured)
+    assert efficiency.stream_time(unmeasured, 1) is None

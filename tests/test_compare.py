@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from simhpc.cli.main import main
-from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, Reduction
+from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Reduction
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import base_name, classify, kernel_for
 from simhpc.hardware import builtin_catalog
@@ -45,6 +45,32 @@ def test_gemm_layout_from_strides() -> None:
     assert vector_like.kernel is not None and vector_like.kernel.layout == "nn"
     with pytest.raises(ValueError, match="layout"):
         Gemm(dtype="fp32", layout="xy")
+
+
+def test_pooling_and_random_fills_count_the_bytes_they_move() -> None:
+    """As the calibration's ``framework`` points count them (validation/microbench/framework.py):
+    max pooling reads its input and writes values and int64 indices; its backward reads the output
+    gradient and indices and writes the input gradient; a random fill writes its tensor."""
+    concrete = ["", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False"]
+    types = ["float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+    forward = kernel_for("aten::max_pool2d_with_indices", "pool", [[64, 16, 32, 32], [], [], [], [], []], types,
+                         concrete, False).kernel
+    image, pooled = 64 * 16 * 32 * 32 * 4, 64 * 16 * 16 * 16 * 4
+    assert forward == FrameworkOp(dtype="fp32", op="max_pool2d_with_indices", nbytes=image + 3 * pooled)
+    backward = kernel_for(
+        "aten::max_pool2d_with_indices_backward", "pool",
+        [[64, 16, 16, 16], [64, 16, 32, 32], [], [], [], [], [], [64, 16, 16, 16]],
+        ["float", "float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar", "long int"],
+        ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False", ""], False).kernel
+    assert backward is not None and backward.bytes() == image + 3 * pooled
+    average = kernel_for("aten::avg_pool2d", "pool", [[8, 16, 16, 16], [], [], [], [], [], []],
+                         ["float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar", ""],
+                         ["", "[2, 2]", "[2, 2]", "[0, 0]", "False", "True", ""], False).kernel
+    assert average is not None and average.bytes() == (8 * 16 * 16 * 16 + 8 * 16 * 8 * 8) * 4
+    mask = kernel_for("aten::bernoulli_", classify("aten::bernoulli_"), [[8, 1024], [], []],
+                      ["float", "Scalar", ""], ["", "0.9", ""], False).kernel
+    assert mask == FrameworkOp(dtype="fp32", op="bernoulli", nbytes=8 * 1024 * 4)
+    assert classify("aten::max_pool2d_with_indices") == "pool" and classify("aten::normal_") == "random"
 
 
 def test_names() -> None:
@@ -240,19 +266,18 @@ TARGET_PCT = 15.0
 """The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
 
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "cnn_t1": (2.9, 21.6),
-    "cnn_t2": (-12.0, 18.2),
-    "mlp_t1": (-2.1, 7.0),
-    "mlp_t2": (-8.3, 12.9),
-    "transformer_t1": (4.1, 9.7),
-    "transformer_t2": (2.2, 11.0),
+    "cnn_t1": (6.5, 14.3),
+    "cnn_t2": (-9.1, 12.7),
+    "mlp_t1": (3.5, 7.2),
+    "mlp_t2": (-7.0, 9.4),
+    "transformer_t1": (-11.5, 17.0),
+    "transformer_t2": (-21.8, 20.1),
 }
-_TINY = ("the classifier's 0.2-0.3 ms GEMMs (a dimension of 10): with their layout and cold operands charged, the "
-         "backward products still run 10-45 % slower in the step than in the calibration's loop, and the forward "
-         "nt product's loop time varies 1.5-2x from one process to the next")
+_SLOW = ("its products ran 9-32 % slower in the step than the merged calibration (the fastest of three runs) "
+         "says, and its dropout masks at the slower of the two bernoulli_ speeds the runs measured")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
-    "cnn_t1": "GEMM MAPE 22 %: " + _TINY,
-    "cnn_t2": "GEMM MAPE 18 %: " + _TINY,
+    "transformer_t1": "GEMM MAPE 17 %: " + _SLOW,
+    "transformer_t2": "step -22 %, GEMM MAPE 20 %: " + _SLOW,
 }
 _SUMMARIES: dict[str, dict] = {}
 

@@ -24,6 +24,9 @@
   then also pays its bytes on the cold ``add`` curve less the same bytes on the warm one: the
   calibration's repeated calls found operands and result in L2, a step's ops mostly do not
   (+60 % for a 64 x 4096 x 10 product here, nothing once operands outgrow the caches).
+- **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
+  measured time per byte of the very op (torch points of the ``framework`` section) over bytes
+  moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
 - **Fused attention**: its products as one batched GEMM, plus one exponential per score at the
   measured ``exp`` rate of an L1-resident array.
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
@@ -57,6 +60,7 @@ from simhpc.costs.kernels import (
     Attention,
     Copy,
     Elementwise,
+    FrameworkOp,
     Gemm,
     HashProbe,
     Kernel,
@@ -99,11 +103,15 @@ GEMM_SMOOTHING = 0.3
 WIDE = 64
 """Products at least this wide in every dimension run within ~30 % of each other in any operand
 layout: their ``nn`` points stand in for other layouts there."""
-STREAMING = ("elementwise", "reduction", "bandwidth", "permute")
+STREAMING = ("elementwise", "reduction", "bandwidth", "permute", "framework")
 COLD = "@cold"
 """Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
-COLD_BASE = {"elementwise": "add", "reduction": "sum"}
-"""The cold curve that bounds each section's kernels from below with ``cache="cold"``."""
+COLD_BASE = {
+    "elementwise": ("elementwise", "add"),
+    "reduction": ("reduction", "sum"),
+    "framework": ("elementwise", "add"),
+}
+"""The cold curve (section, op) that bounds each section's kernels from below with ``cache="cold"``."""
 ATTENTION_BLOCK = 16 << 10
 """Working set (bytes) whose measured ``exp`` rate times a fused attention's softmax: a block of
 scores in L1."""
@@ -260,6 +268,10 @@ class CalibratedEfficiency:
             streams[("permute", str(row["run"]), row["dtype"], str(row["threads"]))].append(
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
+        for row in cal.rows("framework"):
+            streams[("framework", row["op"], row["dtype"], str(row["threads"]))].append(
+                (row["bytes"], row["time_s"] / row["bytes"])
+            )
         for row in cal.rows("stencil"):
             streams[("stencil", "7", "fp64", str(row["threads"]))].append(
                 (row["working_set"], row["time_s"] / row["cells"])
@@ -325,6 +337,8 @@ class CalibratedEfficiency:
             if kernel.run > 0:
                 return "permute", str(kernel.run), kernel.dtype, kernel.bytes(), kernel.bytes()
             return "bandwidth", "copy", "fp64", kernel.bytes(), kernel.bytes()
+        if isinstance(kernel, FrameworkOp):
+            return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Stencil):
             working = 2 * kernel.cells * STORED_PER_CELL * dtype_bytes(kernel.dtype)
             return "stencil", "7", "fp64", working, kernel.cells * (2 * kernel.points - 1) / 13
@@ -343,8 +357,9 @@ class CalibratedEfficiency:
         if section == "permute":
             return self._permute_time(int(op), dtype, working, threads)
         warm = self._curve_time(section, op, dtype, working, amount, threads)
-        if self.cache == "cold" and section in self._cold:
-            cold = self._curve_time(section, COLD_BASE[section] + COLD, "fp32", working, kernel.bytes(), threads)
+        base = COLD_BASE.get(section)
+        if self.cache == "cold" and base is not None and base[0] in self._cold:
+            cold = self._curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), threads)
             if warm is not None and cold is not None:
                 return max(warm, cold)
         return warm
@@ -368,6 +383,8 @@ class CalibratedEfficiency:
         """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
         available = [k for k in self._curves if k[0] == section and k[1] == op]
         if not available:
+            if section == "framework":  # no other op stands in for a framework op
+                return None
             available = [k for k in self._curves if k[0] == section]
             if not available:
                 return None
@@ -403,6 +420,8 @@ class CalibratedEfficiency:
         if isinstance(kernel, (Gemm, Attention)):
             return bool(self._gemm)
         key = self._stream_key(kernel)
+        if key is not None and key[0] == "framework":  # only the very op's measurements
+            return any(k[:2] == key[:2] for k in self._curves)
         return key is not None and any(k[0] == key[0] for k in self._curves)
 
     def attention_time(self, kernel: Attention, threads: int) -> float | None:

@@ -12,7 +12,8 @@ A JSON object::
                  "memory_bandwidth", "core_bandwidth", "memory_latency", "max_outstanding_misses",
                  "cache_latency": {"L1D": s, ...}},
      "kernels": {"gemm": [rows], "elementwise": [...], "reduction": [...], "bandwidth": [...],
-                 "permute": [...], "conv": [...], "latency": [...], "stencil": [...], "hash_probe": [...]}}
+                 "permute": [...], "conv": [...], "framework": [...], "latency": [...], "stencil": [...],
+                 "hash_probe": [...]}}
 
 Every row is one measured point: its shape and the median time (``time_s``, per call; per
 lookup for ``hash_probe``; ``latency_s`` per load for ``latency``) with its spread. All
@@ -22,7 +23,8 @@ Version 2 adds the ``blas`` field of GEMM rows: the library that multiplied (``n
 OpenBLAS; ``torch``: PyTorch's MKL / oneDNN). Version 1 files still load; their GEMM rows are
 ``numpy`` ones. The ``permute`` (layout-changing copies, by contiguous run) and ``conv`` (torch
 convolutions as implicit GEMMs, forward and backward) sections are optional: without them such
-copies are not covered and convolutions use the GEMM points. A GEMM row may carry ``layout``
+copies are not covered and convolutions use the GEMM points; so is ``framework`` (torch pooling
+and random fills, by bytes moved): without it those ops are not covered. A GEMM row may carry ``layout``
 (``nn`` when absent; ``nt``, ``tn``: operands stored transposed).
 """
 
@@ -59,6 +61,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "permute": {"dtype": str, "threads": int, "run": int, "bytes": int, "time_s": float},
     "conv": {"dtype": str, "threads": int, "direction": str, "m": int, "n": int, "k": int, "passes": int,
              "time_s": float},
+    "framework": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
     "latency": {"bytes": int, "latency_s": float},
     "stencil": {"threads": int, "cells": int, "working_set": int, "time_s": float},
     "hash_probe": {"variant": str, "table_bytes": int, "lines_per_probe": float, "time_s": float},

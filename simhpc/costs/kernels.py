@@ -177,6 +177,27 @@ class Copy(Kernel):
 
 
 @dataclass(frozen=True)
+class FrameworkOp(Kernel):
+    """A framework op with no BLAS or streaming analogue, timed from a calibration's measurements
+    of the same ``op`` by the bytes it moves: windowed pooling (``max_pool2d_with_indices``,
+    ``avg_pool2d`` and their backwards) and random fills (``bernoulli``, ``uniform``, ``normal``).
+
+    ``nbytes``: bytes read and written, int64 pooling indices included.
+    """
+
+    op: str = ""
+    nbytes: float = 0.0
+
+    kind = "framework"
+
+    def flops(self) -> float:
+        return 0.0
+
+    def bytes(self) -> float:
+        return float(self.nbytes)
+
+
+@dataclass(frozen=True)
 class Stencil(Kernel):
     """A ``points``-point stencil sweep over ``cells`` cells (AMR blocks: 16^3 cells each)."""
 

@@ -9,8 +9,10 @@ work in child ops, so they carry a kernel only when the trace shows no children.
 Kinds: ``gemm`` (mm, addmm, bmm, baddbmm, linear, matmul, mv, ...), ``conv`` (convolutions as
 implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x kernel volume,
 batch = groups; the backward is one such GEMM per gradient it computes), ``elementwise``,
-``reduction``, ``view`` (metadata and allocation ops: no kernel, zero cost), ``group``
-(annotations, autograd and optimizer wrappers: their children do the work), ``step``
+``reduction``, ``pool`` (2-D windowed pooling) and ``random`` (in-place random fills), both
+:class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
+no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
+the work), ``step``
 (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own traces) and ``unknown``
 (ATen ops without a cost model: counted and listed by ``compare``).
 Integer tensors use the float type of the same width for their bytes (``long`` as fp64).
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simhpc.costs.kernels import Attention, Copy, Elementwise, Gemm, Kernel, Reduction, dtype_bytes
+from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Kernel, Reduction, dtype_bytes
 
 
 def _names(text: str) -> frozenset[str]:
@@ -91,21 +93,20 @@ COMPOSITE = _names("""
     nll_loss_nd scaled_dot_product_attention max_pool2d adaptive_avg_pool2d _to_copy _fused_sgd
 """)
 """Ops whose work usually happens in child ops; with children they carry no kernel of their own."""
+POOL_OPS = _names("""
+    max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward
+""")
+"""2-D windowed pooling, timed from the calibration's torch measurements of the same op."""
+RANDOM_OPS = _names("bernoulli uniform normal")
+"""In-place random fills, timed from the calibration's torch measurements of the same op."""
 UNCOVERED = {
     **dict.fromkeys(
-        ("bernoulli", "uniform", "normal", "native_dropout", "random", "randn", "rand", "exponential", "multinomial"),
-        "random number generation: no calibrated kernel (PyTorch's CPU generators are serial)",
+        ("native_dropout", "random", "randn", "rand", "exponential", "multinomial"),
+        "random number generation: no calibrated kernel (only bernoulli_, uniform_ and normal_ are measured)",
     ),
     **dict.fromkeys(
-        (
-            "max_pool2d_with_indices",
-            "max_pool2d_with_indices_backward",
-            "avg_pool2d",
-            "avg_pool2d_backward",
-            "max_pool3d_with_indices",
-            "max_pool3d_with_indices_backward",
-        ),
-        "windowed pooling: no calibrated kernel",
+        ("max_pool3d_with_indices", "max_pool3d_with_indices_backward", "avg_pool3d", "avg_pool3d_backward"),
+        "3-D windowed pooling: no calibrated kernel",
     ),
 }
 """ATen ops known not to be covered by any microbenchmark, with the reason ``compare`` lists."""
@@ -144,6 +145,10 @@ def classify(name: str, category: str = "") -> str:
         return "conv"
     if op in REDUCTION_OPS:
         return "reduction"
+    if op in POOL_OPS:
+        return "pool"
+    if op in RANDOM_OPS:
+        return "random"
     if op in ELEMENTWISE_OPS:
         return "elementwise"
     if op in VIEW_OPS:
@@ -367,6 +372,36 @@ def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | 
     return "".join("t" if _transposed(shape, stride) else "n" for shape, stride in operands[:2])
 
 
+def _per_axis(values: list[int], axis: int) -> int:
+    """A pooling parameter for one axis (a single value applies to both)."""
+    return values[axis] if axis < len(values) else values[-1]
+
+
+def _pool(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+    """Bytes a 2-D pooling op reads and writes (int64 indices for max pooling), as the
+    calibration's ``framework`` points count them."""
+    dtype = _dtype(tensors[0][1])
+    size = dtype_bytes(dtype)
+    if op.endswith("_backward"):  # (grad_output, self, ..., [indices]): grad_output and indices in, grad_input out
+        grad_out, source = tensors[0][0], tensors[1][0] if len(tensors) > 1 else []
+        indices = 8 * _numel(grad_out) if op.startswith("max") else 0
+        return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(grad_out) + _numel(source)) * size + indices))
+    source = tensors[0][0]
+    if len(source) < 3:
+        return OpKernel(None, f"{op} without an image-shaped input")
+    kernel = _int_list(concrete[1] if len(concrete) > 1 else "", [1, 1])
+    stride = _int_list(concrete[2] if len(concrete) > 2 else "", []) or kernel
+    padding = _int_list(concrete[3] if len(concrete) > 3 else "", [0])
+    dilation = _int_list(concrete[4] if len(concrete) > 4 and op.startswith("max") else "", [1])
+    sides = []
+    for axis, side in enumerate(source[-2:]):
+        window, step, pad, spread = (_per_axis(v, axis) for v in (kernel, stride, padding, dilation))
+        sides.append(max(0, (side + 2 * pad - spread * (window - 1) - 1) // step + 1))
+    outputs = _numel(source[:-2]) * sides[0] * sides[1]
+    indices = 8 * outputs if op.startswith("max") else 0
+    return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + outputs) * size + indices))
+
+
 def _contiguous_run(shape: list[int], strides: Any) -> int:
     """Elements the source holds contiguously in row-major (destination) order: the whole tensor
     when ``strides`` are row-major or broadcast (or unknown), 1 for a transpose, the head size
@@ -428,6 +463,12 @@ def kernel_for(
         return _conv(op, tensors, concrete)
     if kind == "reduction":
         return _reduction(op, tensors, concrete)
+    if kind == "pool":
+        return _pool(op, tensors, concrete)
+    if kind == "random":
+        shape, type_name = tensors[0]
+        dtype = _dtype(type_name)
+        return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=_numel(shape) * dtype_bytes(dtype)))
     if op == "copy" and strides and len(shapes) > 1 and _is_shape(shapes[1]):
         source = shapes[1]
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)

@@ -26,7 +26,7 @@ from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import kernel_for
 from simhpc.trace.readers import OpRecord, Trace
 
-FRAMEWORK_KINDS = ("gemm", "conv", "elementwise", "reduction", "view", "unknown")
+FRAMEWORK_KINDS = ("gemm", "conv", "elementwise", "reduction", "pool", "random", "view", "unknown")
 """Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 
 

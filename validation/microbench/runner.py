@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import conv, gemm, hashprobe, latency, permute, stencil, streams
+from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 5
+SUITE_VERSION = 6
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -65,6 +65,16 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for direction in ("forward", "backward"):
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
+    if framework.available():
+        for t in threads:
+            for op in framework.POOLS:
+                for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
+                    call = partial(framework.measure_pool, op, side, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {side}x{side}", call))
+            for op in framework.RANDOM:
+                for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.RANDOM_BYTES:
+                    call = partial(framework.measure_random, op, nbytes, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
     dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
     typed_streams = (

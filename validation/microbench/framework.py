@@ -1,0 +1,111 @@
+"""Framework ops with no BLAS or streaming analogue, through torch: windowed pooling and random fills.
+
+- **Pooling**, the ATen ops a CNN's trace shows: ``max_pool2d_with_indices`` (3x3, stride 2,
+  padding 1: the ResNet stem's) and its backward, ``avg_pool2d`` (2x2, stride 2) and its backward,
+  on ``[64, 16, H, H]`` fp32 activations, H = 8 and 32 (256 KiB and 4 MiB; their rates were
+  within 10 % of each other and of H = 64's, except the max-pool backward's).
+- **Random fills**, in place: ``bernoulli_`` (dropout's mask), ``uniform_`` and ``normal_`` on fp32
+  tensors of 256 KiB and 4 MiB (0.3-0.9 GB/s here, flat up to 16 MiB). PyTorch's CPU generators
+  are serial: they do not speed up with threads.
+
+``bytes`` counts what the op reads and writes, int64 indices included, as
+:func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
+(:class:`simhpc.costs.kernels.FrameworkOp`). Skipped without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .gemm import torch_available, torch_threads
+from .timing import Budget, measure_python
+
+POOLS = {  # op: (kernel, stride, padding)
+    "max_pool2d_with_indices": (3, 2, 1),
+    "max_pool2d_with_indices_backward": (3, 2, 1),
+    "avg_pool2d": (2, 2, 0),
+    "avg_pool2d_backward": (2, 2, 0),
+}
+POOL_SIDES = (8, 32)
+POOL_BATCH, POOL_CHANNELS = 64, 16
+RANDOM = ("bernoulli", "uniform", "normal")
+RANDOM_BYTES = (1 << 18, 1 << 22)
+QUICK_POOL_SIDES = (16,)
+QUICK_RANDOM_BYTES = (1 << 20,)
+
+
+def available() -> bool:
+    """Whether these ops can be measured (torch importable)."""
+    return torch_available()
+
+
+def pooled_side(side: int, kernel: int, stride: int, padding: int) -> int:
+    """Output side of a pooling window (dilation 1, floor mode)."""
+    return (side + 2 * padding - kernel) // stride + 1
+
+
+def _pool_call(op: str, side: int) -> tuple[Callable[[], object], int]:
+    """The call and the bytes it moves."""
+    import torch
+
+    kernel, stride, padding = POOLS[op]
+    x = torch.randn(POOL_BATCH, POOL_CHANNELS, side, side)
+    out_side = pooled_side(side, kernel, stride, padding)
+    size_in, size_out = x.numel() * 4, x.numel() // (side * side) * out_side * out_side * 4
+    k, s, p = [kernel] * 2, [stride] * 2, [padding] * 2
+    aten = torch.ops.aten
+    if op.startswith("max_pool2d"):
+        out, indices = aten.max_pool2d_with_indices(x, k, s, p, [1, 1], False)
+        if op.endswith("backward"):
+            grad = torch.randn_like(out)
+            return (lambda: aten.max_pool2d_with_indices_backward(grad, x, k, s, p, [1, 1], False, indices)), (
+                size_out + 2 * size_out + size_in  # grad_output, int64 indices, grad_input
+            )
+        return (lambda: aten.max_pool2d_with_indices(x, k, s, p, [1, 1], False)), size_in + 3 * size_out
+    out = aten.avg_pool2d(x, k, s, p, False, True, None)
+    if op.endswith("backward"):
+        grad = torch.randn_like(out)
+        return (lambda: aten.avg_pool2d_backward(grad, x, k, s, p, False, True, None)), size_out + size_in
+    return (lambda: aten.avg_pool2d(x, k, s, p, False, True, None)), size_in + size_out
+
+
+def _random_call(op: str, nbytes: int) -> Callable[[], object]:
+    import torch
+
+    x = torch.empty(nbytes // 4)
+    fill = {"bernoulli": lambda: x.bernoulli_(0.9), "uniform": x.uniform_, "normal": x.normal_}[op]
+    return fill
+
+
+def measure_pool(op: str, side: int, threads: int, budget: Budget) -> dict:
+    """Time one pooling op on ``[64, 16, side, side]`` fp32; a record."""
+    call, moved = _pool_call(op, side)
+    with torch_threads(threads):
+        result = measure_python(call, budget)
+    kernel, stride, padding = POOLS[op]
+    return {
+        "library": "torch",
+        "op": op,
+        "dtype": "fp32",
+        "threads": threads,
+        "input": [POOL_BATCH, POOL_CHANNELS, side, side],
+        "window": [kernel, stride, padding],
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
+    }
+
+
+def measure_random(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
+    """Time one in-place random fill of an fp32 tensor of ``nbytes``; a record."""
+    with torch_threads(threads):
+        result = measure_python(_random_call(op, nbytes), budget)
+    return {
+        "library": "torch",
+        "op": op,
+        "dtype": "fp32",
+        "threads": threads,
+        "bytes": nbytes,
+        **result.row(),
+        "bytes_per_s": nbytes / result.median_s,
+    }
