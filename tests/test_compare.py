@@ -352,3 +352,18 @@ def test_json_is_deterministic(tmp_path: Path) -> None:
     second = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "b")]).stdout
     assert first == second
     assert (tmp_path / "a" / "ops.csv").read_bytes() == (tmp_path / "b" / "ops.csv").read_bytes()
+
+
+def test_ops_of_an_unmeasured_framework_kind_are_listed(tmp_path: Path) -> None:
+    """A calibration without pooling points leaves the CNN's pooling ops unmodelled, with the reason."""
+    data = json.loads(CALIBRATION.read_text())
+    del data["kernels"]["framework"]
+    bare = tmp_path / "no-framework.json"
+    bare.write_text(json.dumps(data))
+    result = CliRunner().invoke(
+        main, ["compare", str(_capture("cnn_t1")), "--calibration", str(bare), "--json", "-o", str(tmp_path / "o")]
+    )
+    summary = json.loads(result.stdout)
+    missing = summary["unmodelled"]["aten::max_pool2d_with_indices"]
+    assert missing["count"] == 10 and "no max_pool2d_with_indices points" in missing["reason"]
+    assert summary["ops_modelled"] == summary["ops_total"] - 20  # forward and backward, 10 steps

@@ -12,9 +12,8 @@ batch = groups; the backward is one such GEMM per gradient it computes), ``eleme
 ``reduction``, ``pool`` (2-D windowed pooling) and ``random`` (in-place random fills), both
 :class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
-the work), ``step``
-(``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own traces) and ``unknown``
-(ATen ops without a cost model: counted and listed by ``compare``).
+the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
+traces) and ``unknown`` (ATen ops without a cost model: counted and listed by ``compare``).
 Integer tensors use the float type of the same width for their bytes (``long`` as fp64).
 """
 
@@ -38,6 +37,8 @@ def _names(text: str) -> frozenset[str]:
 GEMM_OPS = _names("""
     mm addmm bmm baddbmm linear matmul mv addmv dot vdot addbmm _addmm_activation einsum
 """)
+ADDED_TERM_FIRST = ("addmm", "_addmm_activation", "baddbmm", "addbmm")
+"""Products whose first tensor argument is the added term, not an operand."""
 CONV_OPS = _names("""
     conv1d conv2d conv3d convolution _convolution mkldnn_convolution convolution_backward
     _slow_conv2d_forward _slow_conv2d_backward thnn_conv2d _convolution_mode conv_transpose1d
@@ -341,9 +342,6 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
         inputs = 1
     flops = 10.0 if op in TRANSCENDENTAL else 1.0
     return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
-
-
-ADDED_TERM_FIRST = ("addmm", "_addmm_activation", "baddbmm", "addbmm")
 
 
 def _transposed(shape: list[int], strides: Any) -> bool:

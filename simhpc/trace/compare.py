@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simhpc.costs.kernels import Gemm, Kernel
+from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import kernel_for
 from simhpc.trace.readers import OpRecord, Trace
@@ -148,7 +148,10 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             continue
         covers = getattr(model.efficiency, "covers", None)
         if covers is not None and not covers(result.kernel):
-            reason = f"no {result.kernel.kind} points in the calibration (re-run 'simhpc calibrate')"
+            if isinstance(result.kernel, FrameworkOp):
+                reason = f"no {result.kernel.op} points in the calibration (measured where torch is installed)"
+            else:
+                reason = f"no {result.kernel.kind} points in the calibration (re-run 'simhpc calibrate')"
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, reason))
             continue
         try:
