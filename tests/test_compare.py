@@ -99,6 +99,19 @@ def test_gemm_shapes() -> None:
     assert _kernel("aten::linear", [[4, 32], [16, 32], [16]], children=True) is None
 
 
+def test_delegating_and_redispatched_ops_do_no_work_themselves() -> None:
+    """``relu`` works in its ``clamp_min`` child, ``div_`` in a ``div_`` child (a redispatch); a
+    ``sum`` whose child only zero-fills its output still reduces."""
+    image = [[64, 32, 32, 32]]
+    assert _kernel("aten::relu", image, ["float"], children=True) is None
+    assert isinstance(_kernel("aten::relu", image, ["float"]), Elementwise)
+    redispatch = kernel_for("aten::div_", "elementwise", [[16, 128], []], ["float", "Scalar"], ["", "2"], True,
+                            None, ["aten::div_"])
+    assert redispatch.kernel is None and redispatch.reason == ""
+    reduced = kernel_for("aten::sum", "reduction", [[256, 512]], ["float"], [""], True, None, ["aten::fill_"])
+    assert isinstance(reduced.kernel, Reduction)
+
+
 def test_convolution_as_implicit_gemm() -> None:
     shapes = [[64, 32, 16, 16], [64, 32, 3, 3], [64], [], [], [], []]
     types = ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
@@ -266,18 +279,18 @@ TARGET_PCT = 15.0
 """The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
 
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "cnn_t1": (6.5, 14.3),
-    "cnn_t2": (-9.1, 12.7),
-    "mlp_t1": (3.5, 7.2),
-    "mlp_t2": (-7.0, 9.4),
-    "transformer_t1": (-11.5, 17.0),
-    "transformer_t2": (-21.8, 20.1),
+    "cnn_t1": (3.4, 14.3),
+    "cnn_t2": (-13.0, 12.7),
+    "mlp_t1": (3.3, 7.2),
+    "mlp_t2": (-7.3, 9.4),
+    "transformer_t1": (-14.5, 17.0),
+    "transformer_t2": (-24.9, 20.1),
 }
 _SLOW = ("its products ran 9-32 % slower in the step than the merged calibration (the fastest of three runs) "
          "says, and its dropout masks at the slower of the two bernoulli_ speeds the runs measured")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
     "transformer_t1": "GEMM MAPE 17 %: " + _SLOW,
-    "transformer_t2": "step -22 %, GEMM MAPE 20 %: " + _SLOW,
+    "transformer_t2": "step -25 %, GEMM MAPE 20 %: " + _SLOW,
 }
 _SUMMARIES: dict[str, dict] = {}
 

@@ -92,8 +92,11 @@ COMPOSITE = _names("""
     conv_transpose2d conv_transpose3d einsum softmax log_softmax layer_norm group_norm batch_norm
     _batch_norm_impl_index instance_norm dropout feature_dropout cross_entropy_loss nll_loss
     nll_loss_nd scaled_dot_product_attention max_pool2d adaptive_avg_pool2d _to_copy _fused_sgd
+    relu zero mean
 """)
-"""Ops whose work usually happens in child ops; with children they carry no kernel of their own."""
+"""Ops whose work usually happens in child ops (``relu`` in ``clamp_min``, ``zero_`` in ``fill_``,
+``mean`` in ``sum`` and ``div_``); with children they carry no kernel of their own. So does any
+op with a child of its own name (a redispatch: ``div_`` in ``div_``)."""
 POOL_OPS = _names("""
     max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward
 """)
@@ -425,6 +428,7 @@ def kernel_for(
     concrete: list[Any],
     has_children: bool,
     strides: list[Any] | None = None,
+    child_names: Sequence[str] = (),
 ) -> OpKernel:
     """The kernel descriptor of one op's own work.
 
@@ -436,6 +440,8 @@ def kernel_for(
         strides: ``Input Strides``, when recorded: a copy from a permuted layout (channels-last to
             contiguous, a transpose, an attention head split) is a :class:`Copy` with the source's
             contiguous ``run``, timed from the calibration's layout-changing copies.
+        child_names: names of its child ops: one of its own name makes the op a redispatch
+            that does no work itself.
 
     Returns:
         An :class:`OpKernel`: a kernel; :data:`NOTHING` for ops that do no work of their own; or
@@ -446,7 +452,7 @@ def kernel_for(
         return NOTHING
     if kind == "unknown":
         return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
-    if has_children and op in COMPOSITE:
+    if (has_children and op in COMPOSITE) or any(base_name(child) == op for child in child_names):
         return NOTHING
     tensors = _tensors(shapes, dtypes)
     if not tensors:

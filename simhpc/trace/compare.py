@@ -141,6 +141,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             op.concrete,
             bool(op.children),
             strides if isinstance(strides, list) else None,
+            [trace.ops[child].name for child in op.children],
         )
         if result.kernel is None:
             modelled = not result.reason
