@@ -59,8 +59,8 @@ def _bandwidth(size: int, threads: int) -> float:
 
 PERMUTE_RATES = {1: 1e9, 16: 4e9, 256: 16e9}
 COLD_BANDWIDTH = 10e9
-POOL_RATE = 0.6e9  # bytes/s of the synthetic max pooling (slower than the cold floor, like torch's)
 """Bytes/s per thread of the synthetic cold add and sum (any size)."""
+POOL_RATE = 0.6e9  # bytes/s of the synthetic max pooling (slower than the cold floor, like torch's)
 CONV_FRACTION = {"forward": 0.2, "backward": 0.1}
 """Fraction of fp32 peak of the synthetic convolutions (shape-independent)."""
 """Bytes/s of layout-changing copies by contiguous run (size-independent)."""
@@ -310,6 +310,11 @@ def test_cold_cache_bounds_memory_bound_kernels(cal_path: Path) -> None:
     # a kernel slower than the cold floor (compute-bound tanh at DRAM sizes) keeps its own time
     huge = Elementwise(dtype="fp32", n=1 << 28, op="tanh")
     assert cold.duration(huge, cpu, 1) == pytest.approx(warm.duration(huge, cpu, 1), rel=1e-9)
+    # layout-changing copies get the same floor
+    transpose, head_permute = Copy(nbytes=4 << 20, run=1), Copy(nbytes=4 << 20, run=256)
+    assert cold.duration(transpose, cpu, 1) == warm.duration(transpose, cpu, 1)  # 1 GB/s: slower than the floor
+    assert cold.duration(head_permute, cpu, 1) == pytest.approx(head_permute.bytes() / COLD_BANDWIDTH, rel=1e-3)
+    assert cold.duration(head_permute, cpu, 1) > warm.duration(head_permute, cpu, 1)
     # a product pays its bytes on the cold add curve less the same bytes on the warm one
     product = Gemm(dtype="fp32", m=256, n=256, k=256)
     same_bytes = Elementwise(dtype="fp32", n=int(product.bytes()) // 12, op="add", inputs=2, outputs=1)

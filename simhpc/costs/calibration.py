@@ -19,10 +19,11 @@
   than the smallest measured array takes as long as that array did (a floor, not a rate). A
   layout-changing copy (``Copy.run > 0``) interpolates between the curves of the two measured runs
   nearest its own (log-log in the run). With ``cache="cold"`` an elementwise or reduction kernel
-  takes at least what the cold ``add``/``sum`` points (single calls after a cache flush) give its
-  bytes: a framework op inside a training step finds its operands out of cache. A BLAS product
-  then also pays its bytes on the cold ``add`` curve less the same bytes on the warm one: the
-  calibration's repeated calls found operands and result in L2, a step's ops mostly do not
+  (and a layout-changing copy, pooling or random fill) takes at least what the cold ``add``/``sum``
+  points (single calls after a cache flush) give its bytes: a framework op inside a training
+  step finds its operands out of cache. A BLAS product then also pays its bytes on the cold ``add``
+  curve less the same bytes on the warm one: the calibration's repeated calls found operands and
+  result in L2, a step's ops mostly do not
   (+60 % for a 64 x 4096 x 10 product here, nothing once operands outgrow the caches).
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
@@ -110,6 +111,7 @@ COLD_BASE = {
     "elementwise": ("elementwise", "add"),
     "reduction": ("reduction", "sum"),
     "framework": ("elementwise", "add"),
+    "permute": ("elementwise", "add"),
 }
 """The cold curve (section, op) that bounds each section's kernels from below with ``cache="cold"``."""
 ATTENTION_BLOCK = 16 << 10
@@ -355,8 +357,9 @@ class CalibratedEfficiency:
         if amount <= 0:
             return 0.0
         if section == "permute":
-            return self._permute_time(int(op), dtype, working, threads)
-        warm = self._curve_time(section, op, dtype, working, amount, threads)
+            warm = self._permute_time(int(op), dtype, working, threads)
+        else:
+            warm = self._curve_time(section, op, dtype, working, amount, threads)
         base = COLD_BASE.get(section)
         if self.cache == "cold" and base is not None and base[0] in self._cold:
             cold = self._curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), threads)
