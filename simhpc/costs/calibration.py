@@ -90,6 +90,10 @@ TRANSCENDENTAL = {
         "elu",
         "mish",
         "logit",
+        "_softmax",  # one exponential per element (plus a max and a sum pass)
+        "_log_softmax",
+        "softmax",
+        "log_softmax",
     ),
     "gelu": ("gelu", "gelu_backward", "erf", "erfc", "erfinv"),
 }
