@@ -39,7 +39,12 @@ DEEPMD = (
     # fitting net, rows = atoms; descriptor 100 x 16 = 1600 wide
     *((rows, n, k) for rows in (256, 2048) for k, n in ((1600, 240), (240, 240), (240, 1))),
 )
-BATCHED = tuple((b, m, n, k) for b in (8, 64) for m, n, k in ((64, 64, 64), (256, 256, 64), (256, 64, 256)))
+BATCHED = tuple(
+    (b, m, n, k)
+    for b in (8, 64)
+    for m, n, k in ((64, 64, 64), (128, 128, 64), (128, 64, 128), (64, 128, 128), (256, 256, 64), (256, 64, 256))
+)
+"""Attention-like products (batch = heads x sequences): head size 64, sequences of 64-256."""
 QUICK_SHAPES = ((1, 64, 64, 64), (1, 256, 256, 256), (1, 1024, 64, 16), (8, 64, 64, 64))
 LAYOUTS = ("nt", "tn")
 """Transposed-operand layouts measured through torch (fp32) besides ``nn``: a linear layer's forward
