@@ -1,15 +1,15 @@
 """Capture real torch.profiler traces of small models on this CPU (validation only; needs torch).
 
-Models: an MLP, a transformer encoder layer and a small CNN, each trained with SGD for a few
-steps at 1 and 2 (by default) intra-op threads. Each run is profiled with
+Models: an MLP, a transformer encoder layer (with dropout, and without: fused attention) and a
+small CNN, each trained with SGD for a few steps at 1 and 2 (by default) intra-op threads. Each run is profiled with
 ``record_shapes=True`` after one wait and one warm-up step, and exported with
 ``export_chrome_trace``; the thread count is added as the top-level ``num_threads`` key. This
 machine's speed drifts by tens of percent over minutes (a shared VM), so every model is captured
 ``--repeat`` times, in rounds over all models, and the capture with the fastest median step is
 kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rule for every model.
 
-    .venv/bin/python validation/traces/capture.py [--out DIR] [--models mlp,transformer,cnn]
-        [--threads 1,2] [--steps 10] [--repeat 5]
+    .venv/bin/python validation/traces/capture.py [--out DIR]
+        [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
 The package never imports torch; only this script does. It re-executes itself with glibc's malloc
 told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
@@ -56,6 +56,14 @@ def transformer() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Ten
     return model, lambda: (x, y), nn.functional.mse_loss
 
 
+def transformer_flash() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """The same encoder layer without dropout: PyTorch then runs its fused (flash) attention kernel
+    (``aten::_scaled_dot_product_flash_attention_for_cpu``) instead of products, softmax and masks."""
+    model = nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0, batch_first=True)
+    x, y = torch.randn(16, 128, 256), torch.randn(16, 128, 256)
+    return model, lambda: (x, y), nn.functional.mse_loss
+
+
 def cnn() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
     """Three 3x3 conv + ReLU stages, a 3x3 stride-2 max pool after the first (a ResNet stem's) and
     stride 2 in the last, and a linear classifier, on 64 x 3 x 32 x 32 images."""
@@ -74,7 +82,7 @@ def cnn() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], C
     return model, lambda: (x, y), nn.functional.cross_entropy
 
 
-MODELS = {"mlp": mlp, "transformer": transformer, "cnn": cnn}
+MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
 
 
 def capture(name: str, threads: int, steps: int, target: Path) -> Path:
