@@ -108,6 +108,8 @@ GEMM_SMOOTHING = 0.3
 WIDE = 64
 """Products at least this wide in every dimension run within ~30 % of each other in any operand
 layout: their ``nn`` points stand in for other layouts there."""
+OWN_OP_ONLY = ("framework",)
+"""Sections whose kernels are timed only from their very op's points (no other op stands in)."""
 STREAMING = ("elementwise", "reduction", "bandwidth", "permute", "framework")
 COLD = "@cold"
 """Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
@@ -187,6 +189,10 @@ class _GemmSurface:
         return self._cache[key]
 
 
+Surfaces = dict[tuple[str, int], _GemmSurface]
+"""GEMM surfaces by (dtype, thread count)."""
+
+
 class CalibratedEfficiency:
     """Efficiencies interpolated from a calibration (see the module docstring).
 
@@ -230,9 +236,10 @@ class CalibratedEfficiency:
         self.fallback = fallback or ConstantEfficiency()
         self.gemm_method = gemm_method
         self.smoothing = smoothing
-        self._gemm: dict[tuple[str, int], _GemmSurface] = {}
-        self._layouts: dict[tuple[str, int, str], _GemmSurface] = {}
-        self._conv: dict[tuple[str, str, int], _GemmSurface] = {}
+        self._gemm: dict[str, Surfaces] = defaultdict(dict)
+        """GEMM surfaces by operand layout."""
+        self._conv: dict[str, Surfaces] = defaultdict(dict)
+        """Convolution surfaces by direction."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -248,15 +255,14 @@ class CalibratedEfficiency:
         for (dtype, threads, layout), rows in sorted(groups.items()):
             if layout != "nn":  # measured narrow; wide products differ little by layout: nn stands in
                 rows = rows + [r for r in groups.get((dtype, threads, "nn"), []) if min(r["m"], r["n"], r["k"]) >= WIDE]
-            surface = _GemmSurface(rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing)
-            self._layouts[(dtype, threads, layout)] = surface
-            if layout == "nn":
-                self._gemm[(dtype, threads)] = surface
+            self._gemm[layout][(dtype, threads)] = _GemmSurface(
+                rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
+            )
         convs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
             convs[(row["direction"], row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
         for (direction, dtype, threads), rows in sorted(convs.items()):
-            self._conv[(direction, dtype, threads)] = _GemmSurface(
+            self._conv[direction][(dtype, threads)] = _GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -317,13 +323,9 @@ class CalibratedEfficiency:
         convolution pass (``kernel.conv``) uses the calibration's convolution points of its
         direction when there are any, else the GEMM points.
         """
-        surfaces: dict[tuple[str, int], _GemmSurface] = self._gemm
-        if kernel.layout != "nn":
-            own = {(d, t): surface for (d, t, layout), surface in self._layouts.items() if layout == kernel.layout}
-            surfaces = own or surfaces
+        surfaces = self._gemm.get(kernel.layout) or self._gemm.get("nn", {})
         if kernel.conv:
-            own = {(d, t): surface for (direction, d, t), surface in self._conv.items() if direction == kernel.conv}
-            surfaces = own or surfaces
+            surfaces = self._conv.get(kernel.conv) or surfaces
         dtype = kernel.dtype if any(key[0] == kernel.dtype for key in surfaces) else "fp32"
         counts = sorted(t for d, t in surfaces if d == dtype)
         blend = self._thread_blend(counts, threads)
@@ -390,7 +392,7 @@ class CalibratedEfficiency:
         """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
         available = [k for k in self._curves if k[0] == section and k[1] == op]
         if not available:
-            if section == "framework":  # no other op stands in for a framework op
+            if section in OWN_OP_ONLY:
                 return None
             available = [k for k in self._curves if k[0] == section]
             if not available:
@@ -425,9 +427,9 @@ class CalibratedEfficiency:
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it)."""
         if isinstance(kernel, (Gemm, Attention)):
-            return bool(self._gemm)
+            return bool(self._gemm.get("nn"))
         key = self._stream_key(kernel)
-        if key is not None and key[0] == "framework":  # only the very op's measurements
+        if key is not None and key[0] in OWN_OP_ONLY:
             return any(k[:2] == key[:2] for k in self._curves)
         return key is not None and any(k[0] == key[0] for k in self._curves)
 

@@ -58,9 +58,10 @@ def merge_calibrations(calibrations: Sequence[Calibration], created: str | None 
             fastest = kernels.setdefault(section, [])
             where = {_identity(row): i for i, row in enumerate(fastest)}
             for row in rows:
-                i = where.get(_identity(row))
+                identity = _identity(row)
+                i = where.get(identity)
                 if i is None:
-                    where[_identity(row)] = len(fastest)
+                    where[identity] = len(fastest)
                     fastest.append(dict(row))
                 elif _seconds(row) < _seconds(fastest[i]):
                     fastest[i] = dict(row)
