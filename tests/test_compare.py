@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from simhpc.cli.main import main
-from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Reduction
+from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Recurrent, Reduction
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import base_name, classify, kernel_for
 from simhpc.hardware import builtin_catalog
@@ -174,6 +174,31 @@ def test_elementwise_and_reduction() -> None:
                       Elementwise)
 
 
+def test_indexed_ops_move_the_indexed_elements_only() -> None:
+    # an embedding lookup of 2048 tokens in a 5000 x 128 table reads 2048 rows, not the table
+    lookup = _kernel("aten::index_select", [[5000, 128], [], [2048]], ["float", "Scalar", "long int"], ["", "0", ""])
+    assert lookup.n == 2048 * 128
+    gathered = _kernel("aten::gather", [[5000, 64], [], [100, 64], []], ["float", "Scalar", "long int", "Scalar"])
+    assert gathered.n == 100 * 64
+    added = _kernel("aten::index_add_", [[5000, 64], [], [300], [300, 64], []],
+                    ["float", "Scalar", "long int", "float", "Scalar"])
+    assert added.n == 300 * 64
+
+
+def test_onednn_lstm_layer() -> None:
+    # what nn.LSTM(128, 256) runs on a CPU for 32 sequences of 64 steps (shapes as torch.profiler records them)
+    shapes = [[64, 32, 128], [1024, 128], [1024, 256], [1024], [1024], [32, 256], [32, 256], *[[]] * 9]
+    types = ["float"] * 7 + ["Scalar"] * 9
+    forward = _kernel("aten::mkldnn_rnn_layer", shapes, types, children=True)
+    assert classify("aten::mkldnn_rnn_layer") == "recurrent"
+    assert forward == Recurrent(dtype="fp32", steps=64, batch=32, width=128, hidden=256, gates=4)
+    assert forward.step_gemm() == Gemm(dtype="fp32", m=32, n=1024, k=256, layout="nt")
+    backward = _kernel("aten::mkldnn_rnn_layer_backward", [*shapes[:7], [64, 32, 256]], ["float"] * 8)
+    assert backward.backward
+    gate_flops = 10.0 * 64 * 32 * 1024
+    assert backward.flops() - gate_flops == pytest.approx(2 * (forward.flops() - gate_flops))
+
+
 def _events() -> list[dict]:
     def x(name: str, ts: float, dur: float, dims: list, types: list | None = None, cat: str = "cpu_op") -> dict:
         types = types or ["float"] * len(dims)
@@ -211,6 +236,10 @@ def _events() -> list[dict]:
         x("aten::copy_", 25, 40, [[256, 1024], [256, 1024], []], ["float", "float", "Scalar"]),
         x("aten::relu", 520, 60, [[256, 1024]]),
         x("aten::frobnicate", 600, 30, [[256, 1024]]),
+        x("aten::wrapped_kernel", 640, 100, [[256, 1024]]),  # unknown, with work of its own
+        x("aten::empty", 641, 2, [[256, 1024]]),
+        x("aten::wrapper", 750, 100, [[256, 1024]]),  # unknown, its child does the work
+        x("aten::add", 751, 98, [[256, 1024], [256, 1024], []], ["float", "float", "Scalar"]),
         {
             "ph": "X",
             "name": "aten::mm",
@@ -238,13 +267,19 @@ def test_prediction_counts_each_op_once() -> None:
     expected = sum(model.duration(p.kernel, cpu, 4) for p in result.predictions if p.kernel is not None)
     assert result.predicted_step_s == pytest.approx(expected)
     assert result.measured_step_s == pytest.approx(1e-3)
-    assert result.ops_total == 6 and result.ops_modelled == 5
+    assert result.ops_total == 10 and result.ops_modelled == 8
+    assert by_name["aten::wrapper"].modelled and by_name["aten::wrapper"].kernel is None
     assert result.unmodelled == {
         "aten::frobnicate": {
             "count": 1,
             "measured_s": pytest.approx(30e-6),
             "reason": "no cost model for this op",
-        }
+        },
+        "aten::wrapped_kernel": {
+            "count": 1,
+            "measured_s": pytest.approx(98e-6),
+            "reason": "no cost model for this op's own work (its children are timed on their own)",
+        },
     }
     summary = result.summary()
     for key in (

@@ -65,6 +65,7 @@ from simhpc.costs.kernels import (
     Gemm,
     HashProbe,
     Kernel,
+    Recurrent,
     Reduction,
     Stencil,
     dtype_bytes,
@@ -426,7 +427,7 @@ class CalibratedEfficiency:
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it)."""
-        if isinstance(kernel, (Gemm, Attention)):
+        if isinstance(kernel, (Gemm, Attention, Recurrent)):
             return bool(self._gemm.get("nn"))
         key = self._stream_key(kernel)
         if key is not None and key[0] in OWN_OP_ONLY:
@@ -446,10 +447,25 @@ class CalibratedEfficiency:
             return products
         return products + per_block * kernel.exponentials / block.n
 
+    def recurrent_time(self, kernel: Recurrent, threads: int) -> float | None:
+        """A recurrent layer: its products timed as BLAS products (the per-step ones one after
+        another), plus the gate nonlinearities of each step at the measured ``tanh`` rate of an
+        array of one step's gates."""
+        products = [self.host_time(gemm, threads) for gemm in kernel.sequence_gemms()]
+        step = self.host_time(kernel.step_gemm(), threads)
+        if step is None or None in products:
+            return None
+        gates = Elementwise(dtype=kernel.dtype, n=kernel.gate_elements // kernel.steps, op="tanh", inputs=1, outputs=1)
+        per_step = self.stream_time(gates, threads) or 0.0
+        passes = 2 if kernel.backward else 1  # the backward applies each gate's derivative too
+        return sum(products) + kernel.steps * (step + passes * per_step)  # type: ignore[arg-type]
+
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not covered)."""
         if isinstance(kernel, Attention):
             return self.attention_time(kernel, threads)
+        if isinstance(kernel, Recurrent):
+            return self.recurrent_time(kernel, threads)
         if isinstance(kernel, Gemm):
             fraction = self.gemm_fraction(kernel, threads)
             if fraction is None:
@@ -474,7 +490,7 @@ class CalibratedEfficiency:
         bandwidth = cal.model_bandwidth(threads)
         compute_needed = flops / (peak * seconds) if flops else 0.0
         memory_needed = moved / (bandwidth * seconds) if moved else 0.0
-        if isinstance(kernel, (Gemm, Attention)):
+        if isinstance(kernel, (Gemm, Attention, Recurrent)):
             # Compute binds; memory gets whatever keeps it from binding.
             return compute_needed, max(1.0, 1.001 * memory_needed)
         return max(1.0, 1.001 * compute_needed), memory_needed

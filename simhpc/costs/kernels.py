@@ -120,6 +120,60 @@ class Attention(Kernel):
 
 
 @dataclass(frozen=True)
+class Recurrent(Kernel):
+    """One layer of a gated recurrent network over ``steps`` time steps (oneDNN's RNN primitive:
+    an LSTM has 4 gates, a GRU 3, a plain RNN 1).
+
+    Forward: the input projection of every step as one product (``steps x batch`` rows), then one
+    small product per step with the previous hidden state (the recurrence serialises them), and
+    the gate nonlinearities. Backward: the recurrent input-gradient products step by step, then
+    the input gradient and both weight gradients as products over all steps: twice the forward's
+    multiply-adds.
+    """
+
+    steps: int = 1
+    batch: int = 1
+    width: int = 1
+    """Input features."""
+    hidden: int = 1
+    gates: int = 4
+    backward: bool = False
+
+    kind = "recurrent"
+
+    def step_gemm(self) -> Gemm:
+        """The per-step product with the hidden state (``h W_hh^T``, or its gradient ``dG W_hh``)."""
+        if self.backward:
+            return Gemm(dtype=self.dtype, m=self.batch, n=self.hidden, k=self.gates * self.hidden)
+        return Gemm(dtype=self.dtype, m=self.batch, n=self.gates * self.hidden, k=self.hidden, layout="nt")
+
+    def sequence_gemms(self) -> tuple[Gemm, ...]:
+        """The products over all steps at once."""
+        rows, wide = self.steps * self.batch, self.gates * self.hidden
+        if not self.backward:
+            return (Gemm(dtype=self.dtype, m=rows, n=wide, k=self.width, layout="nt"),)
+        return (
+            Gemm(dtype=self.dtype, m=rows, n=self.width, k=wide),  # dX = dG W_ih
+            Gemm(dtype=self.dtype, m=wide, n=self.width, k=rows, layout="tn"),  # dW_ih = dG^T X
+            Gemm(dtype=self.dtype, m=wide, n=self.hidden, k=rows, layout="tn"),  # dW_hh = dG^T H
+        )
+
+    @property
+    def gate_elements(self) -> int:
+        """Gate pre-activations of all steps (each passes a sigmoid or tanh, and its derivative backward)."""
+        return self.steps * self.batch * self.gates * self.hidden
+
+    def flops(self) -> float:
+        products = self.steps * self.step_gemm().flops() + sum(g.flops() for g in self.sequence_gemms())
+        return products + 10.0 * self.gate_elements
+
+    def bytes(self) -> float:
+        weights = self.gates * self.hidden * (self.width + self.hidden)
+        sequences = self.steps * self.batch * (self.width + (2 + self.gates) * self.hidden)
+        return float((2 if self.backward else 1) * (weights + sequences)) * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
 class Elementwise(Kernel):
     """An elementwise map over ``n`` elements reading ``inputs`` and writing ``outputs`` arrays."""
 

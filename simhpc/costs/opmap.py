@@ -26,7 +26,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Kernel, Reduction, dtype_bytes
+from simhpc.costs.kernels import (
+    Attention,
+    Copy,
+    Elementwise,
+    FrameworkOp,
+    Gemm,
+    Kernel,
+    Recurrent,
+    Reduction,
+    dtype_bytes,
+)
 
 
 def _names(text: str) -> frozenset[str]:
@@ -49,6 +59,9 @@ ATTENTION_OPS = {
     "_scaled_dot_product_flash_attention_for_cpu_backward": True,
 }
 """Fused attention kernels (:class:`~simhpc.costs.kernels.Attention`) and whether each is the backward."""
+RECURRENT_OPS = {"mkldnn_rnn_layer": False, "mkldnn_rnn_layer_backward": True}
+"""oneDNN's recurrent layers (what ``nn.LSTM`` runs on a CPU), :class:`~simhpc.costs.kernels.Recurrent`,
+and whether each is the backward."""
 REDUCTION_OPS = _names("""
     sum mean amax amin max min argmax argmin norm linalg_vector_norm var std var_mean std_mean prod
     logsumexp all any _foreach_norm
@@ -67,7 +80,7 @@ ELEMENTWISE_OPS = (
     native_batch_norm_backward _native_batch_norm_legit _native_batch_norm_legit_no_training
     native_group_norm native_group_norm_backward mse_loss mse_loss_backward nll_loss_forward
     nll_loss_backward nll_loss2d_forward nll_loss2d_backward adaptive_avg_pool2d _adaptive_avg_pool2d
-    _adaptive_avg_pool2d_backward cat stack index_select gather scatter
+    _adaptive_avg_pool2d_backward cat stack index_select gather scatter scatter_add index_add
     embedding_dense_backward _to_copy cumsum eq ne lt gt le ge logical_not logical_and logical_or isnan
     isinf isneginf isposinf index_put _foreach_add _foreach_mul _foreach_div _foreach_sub
     _foreach_addcmul _foreach_addcdiv _foreach_lerp _foreach_copy _foreach_zero _foreach_neg
@@ -85,6 +98,7 @@ VIEW_OPS = _names("""
     unsafe_split _nested_tensor_from_mask_left_aligned to type_as contiguous clone zeros zeros_like
     ones ones_like full full_like new_zeros new_ones new_full _to_dense lift align_to movedim swapaxes
     mT mH record_stream _make_per_tensor_quantized_tensor dropout feature_dropout alpha_dropout
+    cudnn_is_acceptable is_same_size _has_same_storage_numel _version _is_zerotensor is_contiguous
 """)
 """Ops that move no data themselves (``clone``, ``to``, ``zeros`` copy or fill through child ops)."""
 COMPOSITE = _names("""
@@ -147,6 +161,8 @@ def classify(name: str, category: str = "") -> str:
         return "gemm"
     if op in CONV_OPS:
         return "conv"
+    if op in RECURRENT_OPS:
+        return "recurrent"
     if op in REDUCTION_OPS:
         return "reduction"
     if op in POOL_OPS:
@@ -305,6 +321,21 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction))
 
 
+def _recurrent(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
+    """``mkldnn_rnn_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, ...)`` and its backward (same
+    leading arguments): gates = rows of ``w_hh`` / hidden size, batch = rows of ``hx``, steps =
+    input elements / (batch x input features)."""
+    shapes = [s for s, _ in tensors]
+    if len(shapes) < 6 or len(shapes[1]) != 2 or len(shapes[2]) != 2 or len(shapes[5]) < 2:
+        return OpKernel(None, f"{op} without input, weight and hidden-state shapes")
+    (rows, width), (_, hidden), batch = shapes[1], shapes[2], shapes[5][-2]
+    if min(rows, width, hidden, batch) < 1:
+        return OpKernel(None, f"{op} with empty weights or hidden state")
+    steps = max(1, _numel(shapes[0]) // (batch * width))
+    return OpKernel(Recurrent(dtype=_dtype(tensors[0][1]), steps=steps, batch=batch, width=width, hidden=hidden,
+                              gates=max(1, rows // hidden), backward=RECURRENT_OPS[op]))
+
+
 def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
     shape, kind = tensors[0]
     n = sum(_numel(s) for s, _ in tensors) if op.startswith("_foreach") else _numel(shape)
@@ -316,8 +347,34 @@ def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any
     return OpKernel(Reduction(dtype=_dtype(kind), n=n, outputs=outputs, op=op))
 
 
-def _elementwise(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
+INDEXED_OPS = _names("index_select gather scatter scatter_add index_put index_add")
+"""Ops that move only the indexed elements, not the whole source tensor (an embedding lookup reads
+its batch's rows, not the table)."""
+
+
+def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+    """Elements an indexed op moves: ``index_select`` the rows it selects (source size over the
+    selected dimension's extent, times the index count), ``gather`` / ``scatter`` / ``index_add`` one
+    element per index entry or source element, ``index_put`` its values; each read from the source,
+    its index read, the result written."""
     dtype = _dtype(tensors[0][1])
+    shapes = [s for s, _ in tensors]
+    if op == "index_select" and len(shapes) >= 2:
+        source, index = shapes[0], shapes[1]
+        dim = _int_list(concrete[1] if len(concrete) > 1 else "", [0])[0]
+        extent = source[dim] if source and -len(source) <= dim < len(source) else 1
+        n = _numel(source) // max(1, extent) * _numel(index)
+    elif op == "index_put":
+        n = _numel(shapes[-1])
+    else:  # gather: the index's shape; scatter / scatter_add / index_add: the source's (the last tensor)
+        n = _numel(shapes[1] if op == "gather" and len(shapes) > 1 else shapes[-1])
+    return OpKernel(Elementwise(dtype=dtype, n=max(1, n), op=op, inputs=2, outputs=1))
+
+
+def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any] = ()) -> OpKernel:
+    dtype = _dtype(tensors[0][1])
+    if op in INDEXED_OPS:
+        return _indexed(op, tensors, list(concrete))
     if op.startswith("_foreach") or op.startswith("_fused"):
         lists = [s for s, _ in tensors]
         n = sum(_numel(s) for s in lists)
@@ -465,6 +522,8 @@ def kernel_for(
         return found
     if kind == "conv":
         return _conv(op, tensors, concrete)
+    if kind == "recurrent":
+        return _recurrent(op, tensors)
     if kind == "reduction":
         return _reduction(op, tensors, concrete)
     if kind == "pool":
@@ -479,4 +538,4 @@ def kernel_for(
         if run < _numel(source):  # the source is not read in order: a transpose or permute
             size = dtype_bytes(_dtype(tensors[-1][1]))
             return OpKernel(Copy(nbytes=_numel(source) * size, dtype=_dtype(tensors[0][1]), run=run))
-    return _elementwise(op, tensors)
+    return _elementwise(op, tensors, concrete)

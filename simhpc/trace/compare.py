@@ -23,11 +23,17 @@ from typing import Any
 
 from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
-from simhpc.costs.opmap import kernel_for
+from simhpc.costs.opmap import COMPOSITE, base_name, kernel_for
 from simhpc.trace.readers import OpRecord, Trace
 
-FRAMEWORK_KINDS = ("gemm", "conv", "elementwise", "reduction", "pool", "random", "view", "unknown")
+FRAMEWORK_KINDS = ("gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "view", "unknown")
 """Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
+WRAPPER_SELF_SHARE = 0.5
+"""An op without a cost model (and not a known composite) whose children are modelled passes as a
+wrapper (``aten::lstm``, ``aten::embedding``: their children do the work) only while its self time
+is at most this share of its duration; above it the op does work of its own
+(``aten::mkldnn_rnn_layer`` before it was modelled: its only children are allocations) and is
+listed as not modelled instead of being dropped."""
 
 
 @dataclass
@@ -144,8 +150,11 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             [trace.ops[child].name for child in op.children],
         )
         if result.kernel is None:
-            modelled = not result.reason
-            predictions.append(OpPrediction(op, None, op.self_time, 0.0, modelled, result.reason))
+            reason = result.reason
+            wrapper = op.kind == "unknown" and base_name(op.name) not in COMPOSITE
+            if not reason and wrapper and op.self_time > WRAPPER_SELF_SHARE * op.duration:
+                reason = "no cost model for this op's own work (its children are timed on their own)"
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, not reason, reason))
             continue
         covers = getattr(model.efficiency, "covers", None)
         if covers is not None and not covers(result.kernel):
