@@ -8,7 +8,8 @@ work in child ops, so they carry a kernel only when the trace shows no children.
 
 Kinds: ``gemm`` (mm, addmm, bmm, baddbmm, linear, matmul, mv, ...), ``conv`` (convolutions as
 implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x kernel volume,
-batch = groups; the backward is one such GEMM per gradient it computes), ``elementwise``,
+batch = groups; the backward is one such GEMM per gradient it computes), ``recurrent`` (oneDNN's
+LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
 ``reduction``, ``pool`` (2-D windowed pooling) and ``random`` (in-place random fills), both
 :class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
