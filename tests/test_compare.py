@@ -143,6 +143,12 @@ def test_fused_attention() -> None:
 def test_elementwise_and_reduction() -> None:
     add = _kernel("aten::add_", [[256, 1024], [256, 1024], []], ["float", "float", "Scalar"])
     assert add == Elementwise(dtype="fp32", n=256 * 1024, op="add", inputs=2, outputs=1)
+    bias = _kernel("aten::add", [[256, 1024], [1024], []], ["float", "float", "Scalar"])
+    assert bias.inputs == 1  # a broadcast operand is read from cache, not streamed n times
+    norm_shapes = [[2048, 256], [2048, 256], [], [2048, 1], [2048, 1], [256], [256]]
+    norm = _kernel("aten::native_layer_norm_backward", norm_shapes,
+                   ["float", "float", "ScalarList", "float", "float", "float", "float"])
+    assert norm.inputs == 2  # the gradient and the input; the per-row statistics and weights are small
     fill = _kernel("aten::fill_", [[1000], []], ["float", "Scalar"])
     assert fill.inputs == 0 and fill.outputs == 1
     total = _kernel(
@@ -318,10 +324,10 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     "cnn_t2": (-13.6, 24.1),
     "mlp_t1": (-5.1, 9.7),
     "mlp_t2": (-13.3, 14.5),
-    "transformer_flash_t1": (-8.4, 14.9),
-    "transformer_flash_t2": (-15.2, 14.3),
-    "transformer_t1": (-17.6, 14.3),
-    "transformer_t2": (-16.9, 21.4),
+    "transformer_flash_t1": (-9.2, 14.9),
+    "transformer_flash_t2": (-16.2, 14.3),
+    "transformer_t1": (-18.2, 14.3),
+    "transformer_t2": (-17.6, 21.4),
 }
 _FASTEST = "the merged calibration keeps each point's fastest of three runs, the captures ran slower"
 _TINY = ("the classifier's three 0.2-0.3 ms products, whose calibration points vary 1.2-2x between runs; "
@@ -329,9 +335,9 @@ _TINY = ("the classifier's three 0.2-0.3 ms products, whose calibration points v
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
     "cnn_t1": "GEMM MAPE 29 %: " + _TINY,
     "cnn_t2": "GEMM MAPE 24 %: " + _TINY,
-    "transformer_flash_t2": "step -15.2 %: " + _FASTEST,
+    "transformer_flash_t2": "step -16.2 %: " + _FASTEST,
     "transformer_t1": "step -18 %: " + _FASTEST + "; its dropout masks at the slower bernoulli_ speed",
-    "transformer_t2": "step -17 %, GEMM MAPE 21 %: " + _FASTEST,
+    "transformer_t2": "step -18 %, GEMM MAPE 21 %: " + _FASTEST,
 }
 _SUMMARIES: dict[str, dict] = {}
 

@@ -383,7 +383,8 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
         inputs = max(1, round(len(lists) / max(1, per_list)))
         return OpKernel(Elementwise(dtype=dtype, n=n, op=op, inputs=inputs, outputs=1))
     n = max(_numel(s) for s, _ in tensors)
-    inputs = sum(1 for s, _ in tensors if _numel(s) > 1) or 1
+    # operands in units of the largest: a broadcast bias or per-channel statistics add little
+    inputs = max(1, round(sum(_numel(s) for s, _ in tensors) / n))
     outputs = 1
     if op in ("fill", "zero"):
         inputs, outputs = 0, 1
