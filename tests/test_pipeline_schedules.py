@@ -5,9 +5,10 @@ taking 1 and backward ``b`` and no communication (the closed-form timing of
 :func:`plan_timing`; ``test_pipeline_engine.py`` checks the SimPy engine gives the same times).
 
 Domains of the formulas (outside them the schedules still run, with more bubble):
-GPipe/1F1B any ``m``; interleaved ``m`` a multiple of ``p`` (Megatron-LM's condition) for
-``v > 1``; Chimera ``m`` micro-batches in total (``m/2`` per direction), ``m`` even and
-``>= p``, backward = forward (the paper's bubble count treats every slot alike).
+GPipe/1F1B any ``m``; interleaved ``m >= p`` for ``v > 1`` (Megatron-LM first required a
+multiple of ``p``; a remainder joins the last micro-batch group here); Chimera ``m``
+micro-batches in total (``m/2`` per direction), ``m`` even and ``>= p``, backward = forward
+(the paper's bubble count treats every slot alike).
 """
 
 from __future__ import annotations
@@ -78,6 +79,19 @@ def test_interleaved_bubble_formula_exact_on_the_grid():
             plan = schedule.plan(p, m, backward_cost=2.0)
             timing = plan_timing(plan, unit(2.0, 1 / v))
             assert timing.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-9), (p, v, m)
+
+
+@pytest.mark.parametrize("p", [3, 5, 6, 7, 12])
+@pytest.mark.parametrize("v", [2, 3, 4])
+def test_interleaved_formula_holds_when_m_is_not_a_multiple_of_p(p, v):
+    """A remainder of ``m mod p`` micro-batches joins the last group: the formula holds for all
+    ``m >= p`` (with groups of ``p`` and a short last group it did only for multiples of ``p``)."""
+    schedule = Interleaved(Interleaved.Params(kind="interleaved", v=v))
+    for m in (p + 1, 2 * p - 1, 2 * p + 1, 3 * p - 1):
+        for forward, backward in ((1.0, 1.0), (1.0, 2.0), (0.7, 1.9)):
+            plan = schedule.plan(p, m, backward_cost=backward / forward)
+            timing = plan_timing(plan, lambda op, f=forward, b=backward: (f if op.kind == FORWARD else b) / v)
+            assert timing.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-9), (m, forward, backward)
 
 
 def test_interleaved_outside_the_formula_domain_runs_with_more_bubble():

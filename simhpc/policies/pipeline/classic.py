@@ -2,7 +2,7 @@
 
 With ``p`` devices, ``m`` micro-batches, uniform stages and no communication their bubble
 fractions are ``(p-1)/(m+p-1)`` (GPipe, 1F1B) and ``(p-1)/(v*m+p-1)`` (interleaved, ``v``
-stages per device, ``m`` a multiple of ``p``): see ``tests/test_pipeline_schedules.py``.
+stages per device, ``m >= p``): see ``tests/test_pipeline_schedules.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from simhpc.policies.pipeline.base import PipelineSchedule
-from simhpc.policies.pipeline.greedy import grouped_queues, queued_schedule
+from simhpc.policies.pipeline.greedy import grouped_queues, micro_batch_groups, queued_schedule
 from simhpc.policies.pipeline.mapping import round_robin
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 from simhpc.registry import register
@@ -88,29 +88,36 @@ class OneFOneB(PipelineSchedule):
         return one_stage_per_device("1f1b", devices, micro_batches, tuple(lists))
 
 
-def megatron_limits(stage_device: tuple[int, ...], devices: int) -> list[float]:
+def megatron_limits(stage_device: tuple[int, ...], devices: int, group: int | None = None) -> list[float]:
     """Activations each device may hold: Megatron-LM's warm-up depth + 1, for any stage map.
 
-    Megatron: ``(v-1)*p + 2*(p-d-1)`` warm-up forwards on device ``d`` with ``v > 1`` chunks,
-    ``p-d-1`` with one. Generalised: ``p-d-1`` becomes the number of stages after the
-    device's last one, ``D-1-last(d)``.
+    Megatron: ``(v-1)*g + 2*(p-d-1)`` warm-up forwards on device ``d`` with ``v > 1`` chunks and
+    micro-batch groups of ``g`` (default ``g = p``), ``p-d-1`` with one. Generalised: ``p-d-1``
+    becomes the number of stages after the device's last one, ``D-1-last(d)``.
     """
+    group = devices if group is None else group
     stages = len(stage_device)
     limits = []
     for d in range(devices):
         mine = [s for s, owner in enumerate(stage_device) if owner == d]
         after = stages - 1 - mine[-1]
-        warmup = (len(mine) - 1) * devices + 2 * after if len(mine) > 1 else after
+        warmup = (len(mine) - 1) * group + 2 * after if len(mine) > 1 else after
         limits.append(float(warmup + 1))
     return limits
 
 
 def grouped_plan(name: str, stage_device: tuple[int, ...], devices: int, micro_batches: int,
                  backward_cost: float) -> PipelinePlan:
-    """Megatron's interleaved order and warm-up for ``stage_device`` (groups of ``p`` micro-batches)."""
+    """Megatron's interleaved order and warm-up for ``stage_device``.
+
+    Micro-batches go in groups of ``p``, a remainder joining the last group
+    (:func:`~simhpc.policies.pipeline.greedy.micro_batch_groups`); the warm-up depth follows the
+    largest group, which a remainder makes ``(v-1)(m mod p)`` chunk activations deeper.
+    """
     forward, backward = grouped_queues(stage_device, devices, micro_batches, group=devices)
+    largest = max(len(g) for g in micro_batch_groups(micro_batches, devices))
     return queued_schedule(name, stage_device, micro_batches, forward, backward,
-                           megatron_limits(stage_device, devices), backward_cost)
+                           megatron_limits(stage_device, devices, max(largest, devices)), backward_cost)
 
 
 @register("pipeline", "interleaved")
@@ -118,8 +125,10 @@ class Interleaved(PipelineSchedule):
     """Megatron-LM interleaved 1F1B (Narayanan et al. 2021): device ``d`` runs stages
     ``d, d+p, ..., d+(v-1)p``; the bubble shrinks by ``v``, point-to-point traffic grows by ``v``.
 
-    The op order is Megatron's (micro-batches in groups of ``p``, chunk by chunk); any ``m``
-    runs, the bubble formula holds when ``m`` is a multiple of ``p``.
+    The op order is Megatron's (micro-batches in groups of ``p``, chunk by chunk, a remainder
+    joining the last group); any ``m`` runs, the bubble formula holds for every ``m >= p``. With
+    ``m < p`` no schedule reaches it (a device runs out of work before its first micro-batch
+    comes back round for the next chunk).
     """
 
     Params = InterleavedParams

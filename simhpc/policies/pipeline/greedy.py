@@ -21,6 +21,7 @@ activations than its limit: the knob that trades bubbles for memory, as 1F1B's w
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
@@ -108,19 +109,39 @@ class _DryRun:
         return plan
 
 
+def micro_batch_groups(micro_batches: int, group: int) -> list[range]:
+    """Consecutive groups of ``group`` micro-batches; a short remainder joins the last full group.
+
+    A device switches to its next chunk ``p`` chunk-times after it started the previous one for
+    the group's first micro-batch (the micro-batch has gone once round the ``p`` devices), so a
+    group of ``r < p`` micro-batches leaves ``p - r`` idle slots at every chunk switch. Megatron-LM
+    therefore first required ``m`` to be a multiple of ``p`` and later allowed groups of any size
+    of at least ``p`` (``microbatch_group_size_per_vp_stage``). Folding the remainder into the last
+    group (``p + m mod p`` micro-batches) keeps every group at least ``p`` long, so the bubble stays
+    ``(p-1)(F+B)/v`` for every ``m >= p``; with ``m < p`` there is one short group (no
+    schedule reaches the formula then).
+    """
+    starts = list(range(0, micro_batches, group))
+    if len(starts) > 1 and micro_batches - starts[-1] < group:
+        starts.pop()
+    bounds = [*starts, micro_batches]
+    return [range(a, b) for a, b in itertools.pairwise(bounds)]
+
+
 def grouped_queues(stage_device: Sequence[int], devices: int, micro_batches: int,
                    group: int) -> tuple[list[list[Op]], list[list[Op]]]:
     """Megatron-LM's interleaved queue order, for any stage map of one pipeline.
 
     Micro-batches go in groups of ``group``; within a group a device runs its stages in
     increasing order (its "chunks"), each for every micro-batch of the group; backward runs
-    the chunks in decreasing order.
+    the chunks in decreasing order. A remainder of fewer than ``group`` micro-batches joins the
+    last full group (:func:`micro_batch_groups`).
 
     Returns:
         (forward queues, backward queues), one list per device.
     """
     local = [[s for s, d in enumerate(stage_device) if d == device] for device in range(devices)]
-    groups = [range(g, min(g + group, micro_batches)) for g in range(0, micro_batches, group)]
+    groups = micro_batch_groups(micro_batches, group)
     forward = [[Op(FORWARD, j, s) for g in groups for s in mine for j in g] for mine in local]
     backward = [[Op(BACKWARD, j, s) for g in groups for s in reversed(mine) for j in g] for mine in local]
     return forward, backward
