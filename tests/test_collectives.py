@@ -80,9 +80,11 @@ def test_tree_beats_ring_for_small_messages_and_loses_for_large() -> None:
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_all_to_all_on_a_single_switch(n: int) -> None:
     per_pair = 1e6
-    analytic, _, _ = timed("analytic", n, lambda c: c.all_to_all(per_pair))
-    assert analytic == pytest.approx(ALPHA + per_pair / B, rel=1e-9)
-    # flow mode: every host link carries n - 1 flows, each at B / (n - 1)
+    # every host link carries n - 1 messages: analytic mode shares a batch's end links, flow
+    # mode gives each flow B / (n - 1); both take alpha + (n - 1) / n * S / B with S = n * per_pair
+    analytic, network, _ = timed("analytic", n, lambda c: c.all_to_all(per_pair))
+    assert analytic == pytest.approx(ALPHA + (n - 1) * per_pair / B, rel=1e-9)
+    assert network.stats()["transfers"] == n * (n - 1)
     flow, network, _ = timed("flow", n, lambda c: c.all_to_all(per_pair))
     assert flow == pytest.approx(ALPHA + (n - 1) * per_pair / B, rel=1e-9)
     assert network.stats()["flows"] == n * (n - 1)
@@ -98,6 +100,12 @@ def test_all_to_all_matrix_for_uneven_dispatch() -> None:
     # both share h3's downlink until the 1 MB flow ends, then the 4 MB flow has 3 MB left alone
     assert took == pytest.approx(ALPHA + 2e6 / B + 3e6 / B, rel=1e-9)
     assert network.bytes_sent == 5e6
+    # analytic: h3's downlink carries 5 MB, so both messages (and the collective) take that long
+    analytic, network, comm = timed("analytic", n, lambda c: c.all_to_all(matrix=matrix))
+    assert analytic == pytest.approx(took, rel=1e-9)
+    ends = {rank: network.sim.trace.track(rank, "comm").spans[0].end for rank in comm.ranks}
+    assert ends["h2"] == 0.0  # sends and receives nothing: done at once
+    assert ends["h0"] == ends["h1"] == ends["h3"] == pytest.approx(took, rel=1e-9)
     uniform, _, _ = timed("flow", n, lambda c: c.all_to_all(matrix=np.full((n, n), 1e6)))
     assert uniform == pytest.approx(timed("flow", n, lambda c: c.all_to_all(1e6))[0], rel=1e-12)
     with pytest.raises(ValueError, match="matrix"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -39,12 +40,61 @@ def test_single_transfer_takes_latency_plus_size_over_bandwidth(mode: str) -> No
     assert ends[0] == pytest.approx(2 * LAT + 1e8 / B, rel=1e-12)
 
 
+def run_batch(mode: str, batch: list[tuple[str, str, float]], topo=None) -> tuple[Network, list[float]]:
+    """Issue ``batch`` at time 0 with :meth:`Network.transfer_batch`; returns the end times."""
+    sim = Simulation()
+    network = Network(sim, topo or single_switch(4, B, LAT), mode)
+    ends: list[float] = [math.nan] * len(batch)
+    for i, event in enumerate(network.transfer_batch(batch, "batch")):
+        event.callbacks.append(lambda _event, i=i: ends.__setitem__(i, sim.now))
+    sim.run()
+    return network, ends
+
+
 def test_analytic_ignores_contention_and_flow_shares() -> None:
+    """Transfers issued separately never see each other in analytic mode, even on a host link."""
     transfers = [(0.0, "h0", "h2", 1e8), (0.0, "h1", "h2", 1e8)]
     _, _, analytic = run_transfers("analytic", transfers)
     _, _, flow = run_transfers("flow", transfers)
     assert analytic == pytest.approx([2 * LAT + 1e8 / B] * 2)
     assert flow == pytest.approx([2 * LAT + 2e8 / B] * 2)
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+def test_a_batch_shares_its_end_links(mode: str) -> None:
+    """One batch into h2 shares h2's downlink (its ejection link), out of h0 h0's uplink."""
+    _, ends = run_batch(mode, [("h0", "h2", 1e8), ("h1", "h2", 1e8)])
+    assert ends == pytest.approx([2 * LAT + 2e8 / B] * 2, rel=1e-12)
+    _, ends = run_batch(mode, [("h0", "h1", 1e8), ("h0", "h2", 3e8), ("h0", "h0", 1e9)])
+    if mode == "analytic":  # each drains at its constant rate bytes / (4e8 / B): all end together
+        assert ends == pytest.approx([2 * LAT + 4e8 / B] * 2 + [0.0], rel=1e-12)
+    else:  # fair shares: the small one ends first
+        assert ends == pytest.approx([2 * LAT + 2e8 / B, 2 * LAT + 4e8 / B, 0.0], rel=1e-12)
+
+
+def test_a_batch_of_one_costs_a_transfer_and_an_empty_batch_nothing() -> None:
+    network, ends = run_batch("analytic", [("h0", "h3", 1e8)])
+    assert ends == pytest.approx([2 * LAT + 1e8 / B], rel=1e-12)
+    assert network.transfers == 1 and network.link_bytes.sum() == 2e8
+    network, ends = run_batch("analytic", [])
+    assert ends == [] and network.transfers == 0
+    with pytest.raises(ValueError, match="nbytes"):
+        run_batch("analytic", [("h0", "h1", 1e8), ("h1", "h2", -1.0)])
+
+
+def test_analytic_batch_ignores_contention_inside_the_fabric() -> None:
+    """h0 -> h2 and h1 -> h3 share only leaf0's one uplink (capacity B): flow mode halves their
+    rates; analytic mode charges each its bottleneck alone, batch or not."""
+    topo = fat_tree(hosts=4, hosts_per_leaf=2, bandwidth=B, latency=LAT, oversubscription=2.0, spines=1)
+    batch = [("h0", "h2", 1e8), ("h1", "h3", 1e8)]
+    _, analytic = run_batch("analytic", batch, topo)
+    _, flow = run_batch("flow", batch, topo)
+    assert analytic == pytest.approx([4 * LAT + 1e8 / B] * 2, rel=1e-12)
+    assert flow == pytest.approx([4 * LAT + 2e8 / B] * 2, rel=1e-12)
+    # a slow inner link bounds a message when its end links are less loaded
+    topo = fat_tree(hosts=4, hosts_per_leaf=2, bandwidth=B, latency=LAT, oversubscription=8.0, spines=1)
+    _, analytic = run_batch("analytic", [("h0", "h2", 1e8), ("h0", "h1", 1e8)], topo)
+    assert analytic == pytest.approx([4 * LAT + 1e8 / (B / 4), 2 * LAT + 2e8 / B], rel=1e-12)
 
 
 def test_bottleneck_is_the_slowest_link() -> None:

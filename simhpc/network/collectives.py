@@ -215,7 +215,12 @@ class Communicator:
         rings[j].start(a)
 
     def all_to_all(self, nbytes_per_pair: float = 0.0, matrix: Any = None) -> simpy.Event:
-        """Every rank sends to every other rank at once.
+        """Every rank sends to every other rank at once, as one batch of transfers.
+
+        In analytic mode the messages share their end links (see
+        :meth:`Network.transfer_batch`): on a non-blocking switch an even all-to-all of ``S``
+        bytes per rank takes ``alpha + (n - 1) / n * S / B``, and one by matrix ``alpha`` plus
+        the busiest host link's bytes over its bandwidth.
 
         Args:
             nbytes_per_pair: bytes each rank sends each other rank.
@@ -235,8 +240,10 @@ class Communicator:
         pending = (np.count_nonzero(sizes, axis=0) + np.count_nonzero(sizes, axis=1)).tolist()
         tag = self._tag("all_to_all")
         rows, cols = np.nonzero(sizes)
-        for i, j, nbytes in zip(rows.tolist(), cols.tolist(), sizes[rows, cols].tolist()):
-            event = self.network.transfer(self.ranks[i], self.ranks[j], nbytes, tag)
+        pairs = list(zip(rows.tolist(), cols.tolist()))
+        ranks = self.ranks
+        batch = [(ranks[i], ranks[j], nbytes) for (i, j), nbytes in zip(pairs, sizes[rows, cols].tolist())]
+        for (i, j), event in zip(pairs, self.network.transfer_batch(batch, tag)):
             event.callbacks.append(partial(self._pair_done, op, pending, i, j))
         for i, count in enumerate(pending):
             if count == 0:

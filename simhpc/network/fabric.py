@@ -1,7 +1,17 @@
 """`Network`: point-to-point transfers over a topology, analytic or flow-level.
 
 * ``analytic``: alpha-beta. A transfer takes the path latency plus ``nbytes`` over the path's
-  bottleneck bandwidth, whatever else is on the links. One SimPy timeout per transfer.
+  bottleneck bandwidth, whatever else is on the links. The transfers of one batch
+  (:meth:`Network.transfer_batch`: the messages a collective step issues at once, such as an
+  all-to-all's) share the links at their ends: each message's drain time is the largest of its
+  bytes over the bottleneck and, for its first link (the sender's injection link) and its last
+  (the receiver's ejection link), the bytes the whole batch puts through that link over its
+  bandwidth. So a batch ends after the path latency plus the busiest end link's bytes over its
+  bandwidth, the alpha-beta cost of a direct all-to-all; draining every message at the constant
+  rate ``bytes / drain time`` meets those times without any end link over capacity. Links
+  inside the fabric (switch uplinks, spines) are never shared: transfers of different batches,
+  and a batch's messages meeting on an inner link, do not slow each other. One SimPy timeout
+  per transfer.
 * ``flow``: a transfer waits the path latency, then its bytes drain at the max-min fair rate
   of the moment, recomputed whenever a flow starts or ends (:mod:`simhpc.network.flowmodel`).
 
@@ -14,6 +24,7 @@ utilisation counter per link.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -34,7 +45,8 @@ class Network:
     Args:
         sim: the simulation.
         topology: nodes, links and routes.
-        mode: ``"analytic"`` (alpha-beta, no contention) or ``"flow"`` (max-min fair sharing).
+        mode: ``"analytic"`` (alpha-beta; a batch's messages share their end links, nothing
+            else contends) or ``"flow"`` (max-min fair sharing of every link).
         record_links: record link busy spans and utilisation counters in the trace.
     """
 
@@ -69,21 +81,14 @@ class Network:
         Returns:
             An event that fires when the last byte arrives.
         """
-        if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
-            raise ValueError(f"transfer {src} -> {dst}: nbytes must be a finite number >= 0, got {nbytes!r}")
-        route = self.topology.route(src, dst)
-        env = self.sim.env
+        route = self._checked_route(src, dst, nbytes)
         self.transfers += 1
         self.bytes_sent += nbytes
+        env = self.sim.env
         if not route.path:
             return env.event().succeed()
         if self._flows is None:
-            duration = route.latency + nbytes / route.bandwidth
-            if nbytes > 0:
-                self.accounting.carried(route.path, nbytes)
-                if self.accounting.record:
-                    self.accounting.busy(route.path, env.now, env.now + duration)
-            return env.timeout(duration)
+            return self._analytic(route, nbytes, route.latency + nbytes / route.bandwidth)
         if nbytes == 0:
             return env.timeout(route.latency)
         done = env.event()
@@ -93,6 +98,65 @@ class Network:
         else:
             start()
         return done
+
+    def transfer_batch(self, batch: Sequence[tuple[str, str, float]], name: str = "") -> list[simpy.Event]:
+        """Move several messages at once: the transfers one collective step issues together.
+
+        In flow mode each is a :meth:`transfer`. In analytic mode the messages share the links
+        at their ends (see the module docstring): message ``m`` drains in
+        ``max(bytes_m / bottleneck_m, L(first_m) / bw(first_m), L(last_m) / bw(last_m))``,
+        where ``L(link)`` is the batch's bytes whose first or last link is ``link``; a batch of
+        one message costs what :meth:`transfer` does.
+
+        Args:
+            batch: ``(src, dst, nbytes)`` per message, as :meth:`transfer` takes them.
+            name: a label for :meth:`active_flows`.
+
+        Returns:
+            One event per message, in batch order, firing when its last byte arrives.
+        """
+        if self._flows is not None:
+            return [self.transfer(src, dst, nbytes, name) for src, dst, nbytes in batch]
+        routes = [self._checked_route(src, dst, nbytes) for src, dst, nbytes in batch]
+        load: dict[int, float] = {}
+        for route, (_, _, nbytes) in zip(routes, batch):
+            self.transfers += 1
+            self.bytes_sent += nbytes
+            path = route.path
+            if path and nbytes > 0:
+                load[path[0]] = load.get(path[0], 0.0) + nbytes
+                if len(path) > 1:
+                    load[path[-1]] = load.get(path[-1], 0.0) + nbytes
+        links = self.topology.links
+        env = self.sim.env
+        events: list[simpy.Event] = []
+        for route, (_, _, nbytes) in zip(routes, batch):
+            path = route.path
+            if not path:
+                events.append(env.event().succeed())
+                continue
+            drain = 0.0
+            if nbytes > 0:
+                first, last = path[0], path[-1]
+                drain = max(nbytes / route.bandwidth, load[first] / links[first].bandwidth,
+                            load[last] / links[last].bandwidth)
+            events.append(self._analytic(route, nbytes, route.latency + drain))
+        return events
+
+    def _checked_route(self, src: str, dst: str, nbytes: float) -> Route:
+        """The route of a transfer, after checking its size."""
+        if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
+            raise ValueError(f"transfer {src} -> {dst}: nbytes must be a finite number >= 0, got {nbytes!r}")
+        return self.topology.route(src, dst)
+
+    def _analytic(self, route: Route, nbytes: float, duration: float) -> simpy.Event:
+        """An analytic transfer over a non-empty route: account its bytes, time it."""
+        env = self.sim.env
+        if nbytes > 0:
+            self.accounting.carried(route.path, nbytes)
+            if self.accounting.record:
+                self.accounting.busy(route.path, env.now, env.now + duration)
+        return env.timeout(duration)
 
     def active_flows(self) -> list[ActiveFlow]:
         """Flows draining now, in start order (flow mode; empty in analytic mode)."""
@@ -106,8 +170,9 @@ class Network:
     def link_utilisation(self, makespan: float | None = None) -> np.ndarray:
         """Average utilisation of each link over ``[0, makespan]`` (default: now).
 
-        In analytic mode transfers ignore each other, so a link's figure above 1 shows
-        contention the alpha-beta model did not charge for.
+        In analytic mode transfers ignore each other on the fabric's inner links and across
+        batches, so a link's figure above 1 shows contention the alpha-beta model did not
+        charge for.
         """
         return self.accounting.utilisation(self.sim.now if makespan is None else makespan)
 
