@@ -3,10 +3,11 @@ rank counts, other sizes, bandwidths and latencies (zero included); flow finish 
 independent fluid simulation when flows start and end at different times; all-to-all on an
 oversubscribed fat-tree against its link bounds.
 
-On one switch a host-to-host path is two links, so ``alpha = 2 x link latency``. Analytic mode
-charges each transfer alone (no contention); all-to-all is the one collective here whose flows
-share links (every host link carries ``n - 1``), so only flow mode meets its
-``alpha + (n-1)/n S/B``.
+On one switch a host-to-host path is two links, so ``alpha = 2 x link latency``. All-to-all is the
+one collective here whose messages share links (every host link carries ``n - 1``): analytic mode
+charges the messages of one batch for the bytes through their end links (injection and
+ejection), so both modes meet its ``alpha + (n-1)/n S/B``, and an uneven matrix costs alpha plus
+the busiest host link's bytes over its bandwidth.
 """
 
 from __future__ import annotations
@@ -71,6 +72,75 @@ def test_flow_all_to_all_is_bound_by_each_host_link(n: int, bandwidth: float, la
     took, network = collective_time("flow", topo, lambda c: c.all_to_all(size / n))
     assert took == pytest.approx(2 * latency + (n - 1) / n * size / bandwidth, rel=1e-9)
     assert network.link_bytes.sum() == pytest.approx(2 * (n - 1) * size)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 7, 16, 64])
+@pytest.mark.parametrize(("bandwidth", "latency"), LINKS)
+@pytest.mark.parametrize("size", [1.0, 12345.678, 3e8])
+def test_all_to_all_matches_alpha_beta_in_both_modes(n: int, bandwidth: float, latency: float, size: float) -> None:
+    """``S`` per rank, ``S / n`` to each rank (itself included, free): ``alpha + (n-1)/n S/B``,
+    evenly or by the same matrix; flow mode agrees (no contention inside a single switch)."""
+    topo = single_switch(n, bandwidth, latency)
+    expected = 2 * latency + (n - 1) / n * size / bandwidth
+    modes = ("analytic", "flow") if n < 64 or size == 3e8 else ("analytic",)
+    for mode in modes:
+        took, network = collective_time(mode, topo, lambda c: c.all_to_all(size / n))
+        assert took == pytest.approx(expected, rel=1e-9, abs=1e-15), mode
+        assert network.link_bytes.sum() == pytest.approx(2 * (n - 1) * size)
+    matrix = np.full((n, n), size / n)
+    took, _ = collective_time("analytic", topo, lambda c: c.all_to_all(matrix=matrix))
+    assert took == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+def rank_ends(mode: str, topo: Topology, matrix: np.ndarray) -> np.ndarray:
+    """When each rank finished its part of ``all_to_all(matrix)``, from its trace span."""
+    sim = Simulation()
+    network = Network(sim, topo, mode, record_links=False)
+    comm = Communicator(network, topo.endpoints)
+    comm.all_to_all(matrix=matrix)
+    sim.run()
+    return np.array([sim.trace.track(rank, "comm").spans[0].end for rank in topo.endpoints])
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 7, 16, 64])
+@pytest.mark.parametrize(("bandwidth", "latency"), LINKS)
+def test_uneven_all_to_all_is_bound_by_the_busiest_endpoint(n: int, bandwidth: float, latency: float) -> None:
+    """Analytic mode: message i -> j drains in max(out_i, in_j) / B (out: row sums, in: column
+    sums, diagonal excluded), so the collective takes alpha + the busiest host link's bytes / B
+    and a rank ends with its slowest message; flow mode can be no faster."""
+    rng = np.random.default_rng(n)
+    matrix = rng.uniform(0, 1e7, (n, n)) * (rng.random((n, n)) < 0.6)
+    matrix[0, 1 % n] = 4e7  # one heavy pair
+    off = matrix * (1 - np.eye(n))
+    out, into = off.sum(axis=1), off.sum(axis=0)
+    drain = np.maximum.outer(out, into) / bandwidth
+    sends = off > 0
+    expected = np.zeros(n)
+    for k in range(n):
+        touching = np.concatenate([drain[k][sends[k]], drain[:, k][sends[:, k]]])
+        expected[k] = 2 * latency + touching.max() if touching.size else 0.0
+    topo = single_switch(n, bandwidth, latency)
+    ends = rank_ends("analytic", topo, matrix)
+    assert ends == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert ends.max() == pytest.approx(2 * latency + max(out.max(), into.max()) / bandwidth, rel=1e-9)
+    if n <= 16:
+        assert rank_ends("flow", topo, matrix).max() >= ends.max() * (1 - 1e-9)
+
+
+def test_all_to_all_charges_each_host_link_at_its_own_bandwidth() -> None:
+    """Hosts on links of different bandwidths: the busiest end link in time, not in bytes."""
+    topo = Topology("mixed")
+    topo.add_switch("switch")
+    speeds = [1e9, 4e9, 2e9, 8e9]
+    for i, speed in enumerate(speeds):
+        topo.add_endpoint(f"h{i}")
+        topo.connect(f"h{i}", "switch", speed, 1e-6)
+    matrix = np.array([[0, 1, 1, 1], [2, 0, 2, 2], [3, 3, 0, 3], [4, 4, 4, 0]]) * 1e6
+    busiest = max(max(matrix[i].sum(), matrix[:, i].sum()) / speed for i, speed in enumerate(speeds))
+    took, _ = collective_time("analytic", topo, lambda c: c.all_to_all(matrix=matrix))
+    assert took == pytest.approx(2e-6 + busiest, rel=1e-12)
+    flow, _ = collective_time("flow", topo, lambda c: c.all_to_all(matrix=matrix))
+    assert flow >= took * (1 - 1e-9)
 
 
 # -- flow finish times against an independent fluid simulation ----------------------------------
