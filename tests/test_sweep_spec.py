@@ -114,6 +114,12 @@ BAD_SPECS = [
     ("grid-unknown-path", None, ["--grid", "workload.sizee=1,2"], "sweep.grid.workload.sizee: unknown field"),
     ("local-with-scheduler", {"seeds": [1]}, ["--executor", "local", "--scheduler", "tcp://127.0.0.1:1"],
      "--scheduler needs --executor dask"),
+    # A field sharing its name with the workload kind ('collective'): not confused with the union tag.
+    ("bad-value-of-kind-named-field", {"grid": {"workload.collective": ["all_reduce", "allreduce"]}}, [],
+     "sweep.grid.workload.collective: Input should be"),
+    # A mistake of the base scenario is not blamed on the swept path next to it.
+    ("bad-base-beside-swept-path", {"grid": {"workload.size": ["1 MiB", "2 MiB"]}},
+     ["--set", "workload.collective=allreduce"], ".yaml: workload.collective: Input should be"),
 ]
 
 

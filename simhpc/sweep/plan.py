@@ -110,37 +110,28 @@ def _apply(base: dict[str, Any], params: dict[str, Any], sections: dict[str, str
     return data
 
 
-def _untagged(path: str, data: dict[str, Any]) -> str:
-    """``path`` without a union tag (``workload.collective.size`` -> ``workload.size``).
-
-    Pydantic puts the ``kind`` of a discriminated-union member into error locations, once,
-    right after the union field; a mapping may also have a field named like its kind.
-    """
-    kept: list[str] = []
-    node: Any = data
-    stripped: set[int] = set()
-    for part in path.split("."):
-        if isinstance(node, dict) and node.get("kind") == part and id(node) not in stripped:
-            stripped.add(id(node))
-            continue
-        kept.append(part)
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            node = None
-    return ".".join(kept)
+def _base_error(base: dict[str, Any], source: str) -> ScenarioError | None:
+    try:
+        scenario_from_dict(base, source)
+    except ScenarioError as error:
+        return error
+    return None
 
 
 def _validate(data: dict[str, Any], params: dict[str, Any], sections: dict[str, str],
-              seed: int | None, source: str, spec_source: str) -> Any:
+              seed: int | None, source: str, spec_source: str, base: dict[str, Any]) -> Any:
     try:
         return scenario_from_dict(data, source)
     except ScenarioError as error:
-        field = _untagged(error.path, data)
+        field = error.path  # already the data's own path (no union tags)
         for path, value in params.items():
-            if field == path or field.startswith(path + ".") or path.startswith(field + "."):
+            inside = field == path or field.startswith(path + ".")
+            if not inside and path.startswith(field + "."):
+                # An error about a section the swept path lies in: the sweep's fault only if the
+                # scenario without the sweep's values does not fail the same way.
+                same = _base_error(base, source)
+                inside = same is None or (same.path, same.message) != (error.path, error.message)
+            if inside:
                 where = "" if field == path else f" at {field}"
                 shown = "" if repr(value) in error.message else f" (value {value!r})"
                 raise ScenarioError(spec_source, f"sweep.{sections[path]}.{path}",
@@ -173,7 +164,7 @@ def plan_sweep(base: dict[str, Any], source: str, spec: SweepSpec, overrides: It
     seen: set[str] = set()
     for params, sections, seed in combinations(spec):
         data = _apply(base, params, sections, seed, source, spec_source)
-        scenario = _validate(data, params, sections, seed, source, spec_source)
+        scenario = _validate(data, params, sections, seed, source, spec_source, base)
         key = run_key(scenario)
         if key in seen:
             continue
