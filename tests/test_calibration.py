@@ -598,3 +598,25 @@ def test_framework_ops_use_the_measurements_of_the_very_op(cal_path: Path) -> No
     unmeasured = FrameworkOp(dtype="fp32", op="bernoulli", nbytes=4 << 20)
     assert efficiency.covers(pool) and not efficiency.covers(unmeasured)
     assert efficiency.stream_time(unmeasured, 1) is None
+
+
+def test_traced_pointwise_ops_use_the_frameworks_own_points() -> None:
+    """With torch's GEMM points (a torch trace), a traced ``gelu`` is timed from torch's own ``gelu``
+    points; with numpy's, and ops torch was not measured for, from the C kernels' curves."""
+    data = synthetic()
+    data["kernels"]["gemm"] += [dict(row, blas="torch") for row in data["kernels"]["gemm"]]
+    gelu_rate = 3e9
+    for t in (1, 4):
+        for size in (1 << 20, 16 << 20):
+            data["kernels"]["framework"].append(
+                {"op": "gelu", "dtype": "fp32", "threads": t, "bytes": size, "time_s": size / gelu_rate}
+            )
+    cal = validate(data, "cal.json")
+    cpu, _ = host_specs(cal)
+    gelu = Elementwise(dtype="fp32", n=1 << 20, op="gelu", flops_per_element=10.0, inputs=1, outputs=1)
+    torch_model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="warm"))
+    numpy_model = CostModel(CalibratedEfficiency(cal, blas="numpy", cache="warm"))
+    assert torch_model.duration(gelu, cpu, 1) == pytest.approx(gelu.bytes() / gelu_rate, rel=1e-6)
+    assert numpy_model.duration(gelu, cpu, 1) != pytest.approx(gelu.bytes() / gelu_rate, rel=0.05)
+    add = Elementwise(dtype="fp32", n=1 << 20, op="add")
+    assert torch_model.duration(add, cpu, 1) == pytest.approx(numpy_model.duration(add, cpu, 1))

@@ -298,6 +298,9 @@ class CalibratedEfficiency:
             self._smallest[key] = min(p[0] for p in points)
         self._runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
+        self._framework_ops = {k[1] for k in self._curves if k[0] == "framework"}
+        """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
+        elementwise op of that name is timed from them instead of the C kernels' curves."""
 
     # -- the calibrated host ------------------------------------------------------------------
 
@@ -337,6 +340,8 @@ class CalibratedEfficiency:
     def _stream_key(self, kernel: Kernel) -> tuple[str, str, str, float, float] | None:
         """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve."""
         if isinstance(kernel, Elementwise):
+            if self.blas == "torch" and kernel.op in self._framework_ops:
+                return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
             op = _OP_CURVE.get(kernel.op.removesuffix("_"), "add")
             return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Reduction):

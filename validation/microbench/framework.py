@@ -8,6 +8,13 @@
   tensors of 256 KiB and 4 MiB (0.3-0.9 GB/s here, flat up to 16 MiB). PyTorch's CPU generators
   are serial: they do not speed up with threads.
 
+- **Pointwise ops**, ATen's own kernels of the activations and their gradients a trace shows
+  (``gelu``, ``tanh``, ``sigmoid``, ``silu`` and their backwards, ``exp``, ``threshold_backward``,
+  ``clamp_min``, ``_softmax`` over rows of 128) on fp32 tensors of 256 KiB and 4 MiB: ATen's
+  vectorised transcendental functions run at other rates than the C kernels of ``streams.py``
+  (its ``gelu`` took twice as long here). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
+  counts for the same traced op, so a trace's op is timed from the points of its own name.
+
 ``bytes`` counts what the op reads and writes, int64 indices included, as
 :func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
 (:class:`simhpc.costs.kernels.FrameworkOp`). Skipped without torch.
@@ -30,6 +37,14 @@ POOL_SIDES = (8, 32)
 POOL_BATCH, POOL_CHANNELS = 64, 16
 RANDOM = ("bernoulli", "uniform", "normal")
 RANDOM_BYTES = (1 << 18, 1 << 22)
+POINTWISE = {  # op: its tensor arguments (x; or grad and x)
+    "gelu": 1, "gelu_backward": 2, "tanh": 1, "tanh_backward": 2, "sigmoid": 1, "sigmoid_backward": 2,
+    "silu": 1, "silu_backward": 2, "exp": 1, "threshold_backward": 2, "clamp_min": 1, "_softmax": 1,
+}
+"""ATen pointwise ops measured, with their tensor-argument count."""
+POINTWISE_BYTES = (1 << 18, 1 << 22)
+"""Bytes of each input tensor."""
+SOFTMAX_ROW = 128
 QUICK_POOL_SIDES = (16,)
 QUICK_RANDOM_BYTES = (1 << 20,)
 
@@ -108,4 +123,51 @@ def measure_random(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
         "bytes": nbytes,
         **result.row(),
         "bytes_per_s": nbytes / result.median_s,
+    }
+
+
+def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
+    """The ATen call on fp32 tensors of ``nbytes`` each, and the bytes ``kernel_for`` counts for it."""
+    import torch
+
+    from simhpc.costs.opmap import classify, kernel_for
+
+    n = nbytes // 4
+    x = torch.randn(n // SOFTMAX_ROW, SOFTMAX_ROW) if op == "_softmax" else torch.randn(n)
+    grad = torch.randn_like(x)
+    aten = torch.ops.aten
+    calls = {
+        "gelu": lambda: aten.gelu(x),
+        "gelu_backward": lambda: aten.gelu_backward(grad, x),
+        "tanh": lambda: aten.tanh(x),
+        "tanh_backward": lambda: aten.tanh_backward(grad, x),
+        "sigmoid": lambda: aten.sigmoid(x),
+        "sigmoid_backward": lambda: aten.sigmoid_backward(grad, x),
+        "silu": lambda: aten.silu(x),
+        "silu_backward": lambda: aten.silu_backward(grad, x),
+        "exp": lambda: aten.exp(x),
+        "threshold_backward": lambda: aten.threshold_backward(grad, x, 0),
+        "clamp_min": lambda: aten.clamp_min(x, 0),
+        "_softmax": lambda: aten._softmax(x, -1, False),
+    }
+    tensors = POINTWISE[op]
+    shapes = [list(x.shape)] * tensors + [[]]
+    types = ["float"] * tensors + ["Scalar"]
+    kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), shapes, types, [], False).kernel
+    return calls[op], int(kernel.bytes())
+
+
+def measure_pointwise(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
+    """Time one ATen pointwise op on fp32 inputs of ``nbytes``; a record."""
+    call, moved = _pointwise_call(op, nbytes)
+    with torch_threads(threads):
+        result = measure_python(call, budget)
+    return {
+        "library": "torch",
+        "op": op,
+        "dtype": "fp32",
+        "threads": threads,
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
     }
