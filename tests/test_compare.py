@@ -149,6 +149,9 @@ def test_elementwise_and_reduction() -> None:
     norm = _kernel("aten::native_layer_norm_backward", norm_shapes,
                    ["float", "float", "ScalarList", "float", "float", "float", "float"])
     assert norm.inputs == 2  # the gradient and the input; the per-row statistics and weights are small
+    bn_shapes = [[32, 64, 16, 16], [32, 64, 16, 16], [64], [64], [64], [64], [64], [], []]
+    bn = _kernel("aten::native_batch_norm_backward", bn_shapes, ["float"] * 7 + ["Scalar"] * 2)
+    assert bn.inputs == 4  # its sums run over the whole batch: gradient and input are read twice
     fill = _kernel("aten::fill_", [[1000], []], ["float", "Scalar"])
     assert fill.inputs == 0 and fill.outputs == 1
     total = _kernel(

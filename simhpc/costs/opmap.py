@@ -399,6 +399,8 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
         "_log_softmax",
     ):
         inputs = 2  # a statistics pass, then the normalising pass
+    elif op in ("native_batch_norm_backward", "native_group_norm_backward"):
+        inputs = 4  # gradient and input read twice: the per-channel sums over the batch, then the gradient
     elif op in ("cat", "stack"):
         n = sum(_numel(s) for s, _ in tensors)
         inputs = 1
