@@ -97,6 +97,24 @@ CASES = [
     ("max-time-word", edited(setter("outputs", {"max_time": "soon"})), [], "outputs.max_time: expected a time"),
     ("workload-string", edited(setter("workload", "collective")), [], "workload"),
     ("hosts-string", edited(setter("network.topology.hosts", "four")), [], "network.topology.hosts"),
+    # hardware: sections and references of the wrong type
+    ("hardware-section-string", edited(setter("hardware", {"storage": "fast"})), [],
+     "hardware.storage: expected a mapping of name -> entry, got str"),
+    ("hardware-section-list", edited(setter("hardware", {"nodes": [1, 2]})), [],
+     "hardware.nodes: expected a mapping of name -> entry, got list"),
+    ("hardware-gpu-name-list", edited(setter("hardware", {"nodes": {"n": {
+        "cpu": "epyc-7742", "host_memory": "1 TiB", "gpu": ["a100"]}}})), [],
+     "hardware.nodes.n.gpu: expected the name of a catalog gpu, got ['a100']"),
+    # YAML the safe loader accepts silently or chokes on
+    ("duplicate-key", VALID + "seed: 3\n", [], "key 'seed' is given twice (first at line 2)"),
+    ("deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", [], "nested too deeply"),
+    ("override-deep-nesting", VALID, ["--set", "workload.size=" + "[" * 5000], "workload.size: expected a size"),
+    # union members and discriminators in error paths
+    ("union-member-tag", edited(setter("workload.ranks", "abc")), [],
+     "workload.ranks: Input should be a valid integer or a valid list, got 'abc'"),
+    ("union-list-item", edited(setter("workload.ranks", ["h0", 3])), [],
+     "workload.ranks.1: Input should be a valid string, got 3"),
+    ("kind-missing", edited(deleter("network.topology.kind")), [], "network.topology.kind: field required"),
 ]
 
 
@@ -132,3 +150,4 @@ def test_real_process_prints_no_traceback(tmp_path: Path):
     assert process.returncode == 2
     assert process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
     assert "network.topology.bandwidth" in process.stderr
+

@@ -143,6 +143,15 @@ def _storage(name: str, data: Any, path: str) -> StorageSpec:
                        f.quantity("capacity", "size"), f.flag("shared", False), str(f.raw("source", "")))
 
 
+def _section(data: Any, path: str) -> dict[str, Any]:
+    """A section's entries (name -> mapping); a section left empty (``null``) has none."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise CatalogError(path, f"expected a mapping of name -> entry, got {type(data).__name__}")
+    return dict(data)
+
+
 class Catalog:
     """Named specs by section; resolves a node's references to CPUs, GPUs and storage."""
 
@@ -152,14 +161,16 @@ class Catalog:
         for key in data:
             if key not in SECTIONS:
                 raise CatalogError(f"{origin}.{key}", f"unknown section (allowed: {', '.join(SECTIONS)})")
-        self.raw = {section: dict(data.get(section) or {}) for section in SECTIONS}
+        self.raw = {section: _section(data.get(section), f"{origin}.{section}") for section in SECTIONS}
         self.origin = origin
         self.gpus = {n: _gpu(n, d, f"{origin}.gpus.{n}") for n, d in self.raw["gpus"].items()}
         self.cpus = {n: _cpu(n, d, f"{origin}.cpus.{n}") for n, d in self.raw["cpus"].items()}
         self.storage = {n: _storage(n, d, f"{origin}.storage.{n}") for n, d in self.raw["storage"].items()}
         self.nodes = {n: self._node(n, d, f"{origin}.nodes.{n}") for n, d in self.raw["nodes"].items()}
 
-    def _ref(self, table: dict[str, Any], kind: str, name: str, path: str) -> Any:
+    def _ref(self, table: dict[str, Any], kind: str, name: Any, path: str) -> Any:
+        if not isinstance(name, str) or not name:
+            raise CatalogError(path, f"expected the name of a catalog {kind}, got {name!r}")
         if name not in table:
             known = ", ".join(sorted(table)) or "none"
             raise CatalogError(path, f"unknown {kind} {name!r} (known: {known})")
@@ -169,9 +180,10 @@ class Catalog:
         allowed = ("cpu", "host_memory", "gpu", "gpus", "gpu_link", "pcie", "nics", "nic", "storage", "source")
         f = _Fields(data, path, allowed)
         gpu_name = f.raw("gpu", None)
-        gpu = self._ref(self.gpus, "gpu", gpu_name, f"{path}.gpu") if gpu_name else None
+        gpu = self._ref(self.gpus, "gpu", gpu_name, f"{path}.gpu") if gpu_name is not None else None
         storage_name = f.raw("storage", None)
-        storage = self._ref(self.storage, "storage", storage_name, f"{path}.storage") if storage_name else None
+        storage = (self._ref(self.storage, "storage", storage_name, f"{path}.storage")
+                   if storage_name is not None else None)
         nic_default: Any = {"bandwidth": "100 Gb/s", "latency": "1.5 us"}
         return NodeSpec(
             name=name,
@@ -179,8 +191,8 @@ class Catalog:
             host_memory=f.quantity("host_memory", "size"),
             gpu=gpu,
             gpus=f.integer("gpus", 1 if gpu else 0, minimum=1 if gpu else 0),
-            gpu_link=_link(f.raw("gpu_link"), f"{path}.gpu_link") if f.raw("gpu_link", None) else None,
-            pcie=_link(f.raw("pcie"), f"{path}.pcie") if f.raw("pcie", None) else None,
+            gpu_link=_link(f.raw("gpu_link"), f"{path}.gpu_link") if f.raw("gpu_link", None) is not None else None,
+            pcie=_link(f.raw("pcie"), f"{path}.pcie") if f.raw("pcie", None) is not None else None,
             nics=f.integer("nics", 1),
             nic=_link(f.raw("nic", nic_default), f"{path}.nic"),
             storage=storage,
@@ -196,7 +208,7 @@ class Catalog:
         for key in extra:
             if key not in SECTIONS:
                 raise CatalogError(f"{origin}.{key}", f"unknown section (allowed: {', '.join(SECTIONS)})")
-        combined = {s: {**self.raw[s], **dict(extra.get(s) or {})} for s in SECTIONS}
+        combined = {s: {**self.raw[s], **_section(extra.get(s), f"{origin}.{s}")} for s in SECTIONS}
         try:
             return Catalog(combined, self.origin)
         except CatalogError as error:

@@ -16,9 +16,11 @@ from pydantic import ValidationError
 from simhpc.errors import ScenarioError
 from simhpc.hardware.catalog import Catalog, CatalogError, builtin_catalog
 from simhpc.registry import UnknownNameError, lookup
+from simhpc.scenario.messages import describe_validation_error
 from simhpc.scenario.network import GpuCluster
 from simhpc.scenario.overrides import OverrideError, apply_override, parse_override
 from simhpc.scenario.schema import ScenarioBase, scenario_model
+from simhpc.scenario.yamlio import load_yaml
 from simhpc.workloads.base import InvalidReference
 
 MAX_SCENARIO_BYTES = 16 * 2**20
@@ -47,62 +49,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not text.strip():
         raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ScenarioError(source, "", f"YAML syntax error{where}: {problem}") from None
+        kind = "YAML error" if isinstance(error, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise ScenarioError(source, "", f"{kind}{where}: {problem}") from None
     if data is None:
         raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
     if not isinstance(data, dict):
         raise ScenarioError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
     return data
-
-
-def _dotted(location: Iterable[Any]) -> str:
-    return ".".join(str(part) for part in location)
-
-
-def _strip_tags(location: tuple[Any, ...], data: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Remove the union tags pydantic inserts into error locations.
-
-    A discriminated union adds the value of ``kind`` right after the union's own field
-    (``workload.collective.size`` for ``workload.size``); at most one tag per level is dropped, so a
-    field that happens to share the kind's name still appears.
-    """
-    kept: list[Any] = []
-    node: Any = data
-    tag_dropped = False
-    for part in location:
-        if not tag_dropped and isinstance(node, Mapping) and node.get("kind") == part:
-            tag_dropped = True
-            continue
-        kept.append(part)
-        tag_dropped = False
-        if isinstance(node, Mapping):
-            node = node.get(part)
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
-            node = None
-    return tuple(kept)
-
-
-def _message(error: Mapping[str, Any]) -> str:
-    message = str(error["msg"])
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if message.startswith(prefix):
-            message = message[len(prefix):]
-    if error["type"] == "missing":
-        return "field required"
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    if error["type"] == "union_tag_invalid":
-        return message.replace("Input tag", "kind").replace(" found using 'kind'", "")
-    if "input" in error and error["type"] not in ("value_error",) and not isinstance(error["input"], (dict, list)):
-        message += f", got {error['input']!r}"
-    return message
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<scenario>") -> ScenarioBase:
@@ -111,11 +69,8 @@ def scenario_from_dict(data: Mapping[str, Any], source: str = "<scenario>") -> S
     try:
         scenario = model.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        path = _dotted(_strip_tags(tuple(first["loc"]), data))
-        more = error.error_count() - 1
-        suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-        raise ScenarioError(source, path or "<top>", _message(first) + suffix) from None
+        path, message = describe_validation_error(error, data)
+        raise ScenarioError(source, path or "<top>", message) from None
     check_references(scenario, source)
     return scenario
 

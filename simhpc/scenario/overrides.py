@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from simhpc.scenario.yamlio import load_yaml
+
 
 class OverrideError(ValueError):
     """An override is malformed or names a path that does not exist."""
@@ -25,7 +27,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not path or any(not part for part in path.split(".")):
         raise OverrideError(path or text, f"malformed path in --set {text!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return path, value

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from simhpc.errors import ScenarioError
+from simhpc.scenario.yamlio import load_yaml
 
 SECTIONS = ("grid", "zip", "seeds")
 
@@ -158,7 +159,7 @@ def parse_grid_option(text: str) -> tuple[str, list[Any]]:
     if not raw:
         raise ScenarioError("--grid", path, f"empty list of values in --grid {text!r}")
     try:
-        whole = yaml.safe_load(raw)
+        whole = load_yaml(raw)
     except yaml.YAMLError:
         whole = None
     if isinstance(whole, list) and raw.startswith("["):
@@ -170,7 +171,7 @@ def parse_grid_option(text: str) -> tuple[str, list[Any]]:
         if not item.strip():
             raise ScenarioError("--grid", path, f"empty value in --grid {text!r}")
         try:
-            values.append(yaml.safe_load(item))
+            values.append(load_yaml(item))
         except yaml.YAMLError:
             values.append(item.strip())
     return path, values
