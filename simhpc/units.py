@@ -18,6 +18,7 @@ __all__ = [
     "format_time",
     "parse_bandwidth",
     "parse_frequency",
+    "parse_number",
     "parse_quantity",
     "parse_rate",
     "parse_size",
@@ -48,6 +49,7 @@ _EXAMPLES = {
     "bandwidth": "a bandwidth like '100 Gb/s'",
     "rate": "a rate like '7.8 TFLOP/s'",
     "frequency": "a frequency like '2.0 GHz'",
+    "number": "a number like '0.5'",
 }
 
 
@@ -65,9 +67,20 @@ def _split(value: object, kind: str) -> tuple[float, str]:
     return float(match.group("num")), (match.group("unit") or "").strip()
 
 
+# Quantities are 0 or within these magnitudes (in SI units): wide enough for any machine, narrow
+# enough that products and ratios of a few of them (bytes / bandwidth, time x rate, microsecond
+# timestamps) stay finite floats instead of overflowing to inf or underflowing to 0.
+SMALLEST = 1e-30
+LARGEST = 1e30
+_SI = {"time": "s", "size": "B", "bandwidth": "B/s", "rate": "FLOP/s", "frequency": "Hz"}
+
+
 def _finite_nonnegative(number: float, value: object, kind: str) -> float:
     if not math.isfinite(number) or number < 0:
         raise UnitError(f"expected {_EXAMPLES[kind]} (finite, >= 0), got {value!r}")
+    if number > LARGEST or 0 < number < SMALLEST:
+        unit = _SI[kind]
+        raise UnitError(f"expected {_EXAMPLES[kind]} of 0 or {SMALLEST:g} to {LARGEST:g} {unit}, got {value!r}")
     return number
 
 
@@ -150,6 +163,23 @@ def parse_frequency(value: object) -> float:
             f"expected {_EXAMPLES['frequency']}, got {value!r} (unknown unit {unit!r})"
         )
     return _finite_nonnegative(number * _DECIMAL[match.group(1)], value, "frequency")
+
+
+def parse_number(value: object) -> float:
+    """Parse a plain number (a ratio, a factor): 0.5, 2, '1e-3' (YAML 1.1 reads 1e-3 as a string).
+
+    Unlike the quantities it may be negative; like them it is finite and 0 or of a magnitude
+    from :data:`SMALLEST` to :data:`LARGEST`.
+    """
+    number, unit = _split(value, "number")
+    if unit:
+        raise UnitError(f"expected {_EXAMPLES['number']}, got {value!r}")
+    if not math.isfinite(number):
+        raise UnitError(f"expected {_EXAMPLES['number']} (finite), got {value!r}")
+    if abs(number) > LARGEST or 0 < abs(number) < SMALLEST:
+        raise UnitError(f"expected {_EXAMPLES['number']} of 0 or {SMALLEST:g} to {LARGEST:g} in magnitude, "
+                        f"got {value!r}")
+    return number
 
 
 _PARSERS = {

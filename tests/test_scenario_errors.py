@@ -109,12 +109,30 @@ CASES = [
     ("duplicate-key", VALID + "seed: 3\n", [], "key 'seed' is given twice (first at line 2)"),
     ("deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", [], "nested too deeply"),
     ("override-deep-nesting", VALID, ["--set", "workload.size=" + "[" * 5000], "workload.size: expected a size"),
+    # no coercion across types, no inf/nan, numbers within range
+    ("bool-for-number", edited(setter("network.topology", {
+        "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": True})), [],
+     "network.topology.oversubscription: expected a number like '0.5', got True"),
+    ("inf-for-number", edited(setter("network.topology", {
+        "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": 1e400})),
+     [], "network.topology.oversubscription: expected a number like '0.5' (finite)"),
+    ("bool-for-int", edited(setter("workload.root", True)), [], "workload.root: Input should be a valid integer"),
+    ("float-for-int", edited(setter("workload.root", 1.0)), [], "workload.root: Input should be a valid integer"),
+    ("huge-count", edited(setter("network.topology.hosts", 10**15)), [],
+     "network.topology.hosts: Input should be less than or equal to 1048576"),
+    ("huge-latency", edited(setter("network.topology.latency", "1e308 s")), [],
+     "network.topology.latency: expected a time like '2 us' of 0 or 1e-30 to 1e+30 s"),
+    ("huge-size", edited(setter("workload.size", 1e308)), [], "workload.size: expected a size"),
+    ("tiny-bandwidth", edited(setter("network.topology.bandwidth", "1e-300 B/s")), [],
+     "network.topology.bandwidth: expected a bandwidth"),
     # union members and discriminators in error paths
     ("union-member-tag", edited(setter("workload.ranks", "abc")), [],
      "workload.ranks: Input should be a valid integer or a valid list, got 'abc'"),
     ("union-list-item", edited(setter("workload.ranks", ["h0", 3])), [],
      "workload.ranks.1: Input should be a valid string, got 3"),
     ("kind-missing", edited(deleter("network.topology.kind")), [], "network.topology.kind: field required"),
+    ("repeated-rank", edited(setter("workload.ranks", ["h0", "h1", "h0"])), [],
+     "workload.ranks: endpoint 'h0' is listed twice"),
 ]
 
 

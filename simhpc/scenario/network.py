@@ -8,7 +8,7 @@ from pydantic import Field
 
 from simhpc.hardware.catalog import Catalog
 from simhpc.registry import lookup
-from simhpc.scenario.types import Bandwidth, PositiveInt, Strict, Time
+from simhpc.scenario.types import Bandwidth, Number, PositiveInt, Strict, Time
 
 
 class _TopologyBase(Strict):
@@ -38,7 +38,7 @@ class FatTree(_TopologyBase):
     hosts_per_leaf: PositiveInt
     bandwidth: Bandwidth
     latency: Time = 1e-6
-    oversubscription: float = Field(1.0, ge=1.0)
+    oversubscription: Number = Field(1.0, ge=1.0)
     spines: PositiveInt | None = None
 
 
@@ -77,7 +77,7 @@ class GpuCluster(_TopologyBase):
     nodes: PositiveInt = 1
     fabric: Literal["single_switch", "fat_tree"] = "single_switch"
     nodes_per_leaf: PositiveInt = 4
-    oversubscription: float = Field(1.0, ge=1.0)
+    oversubscription: Number = Field(1.0, ge=1.0)
     nic_bandwidth: Bandwidth | None = None
     nvlink_bandwidth: Bandwidth | None = None
     pcie_bandwidth: Bandwidth | None = None

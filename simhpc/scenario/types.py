@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from simhpc.units import parse_bandwidth, parse_frequency, parse_rate, parse_size, parse_time
+from simhpc.units import parse_bandwidth, parse_frequency, parse_number, parse_rate, parse_size, parse_time
 
 
 def _strict(parser: Callable[[object], float]) -> Callable[[Any], float]:
@@ -29,11 +29,24 @@ Rate = Annotated[float, BeforeValidator(_strict(parse_rate)), Field(gt=0)]
 """An operation rate ('7.8 TFLOP/s'); FLOP/s inside."""
 Frequency = Annotated[float, BeforeValidator(_strict(parse_frequency)), Field(gt=0)]
 """A clock ('2 GHz'); Hz inside."""
-PositiveInt = Annotated[int, Field(gt=0, strict=True)]
-"""An integer > 0 (no floats or strings)."""
+MAX_COUNT = 2**20
+"""The largest count a scenario may give (hosts, layers, experts, micro-batches, iterations,
+...): 1,048,576. Counts size the simulated machine and its event list; a larger one would only
+exhaust the memory or the patience of the host running the simulation."""
+Number = Annotated[float, BeforeValidator(_strict(parse_number))]
+"""A plain number (a ratio or factor): finite, never a boolean; '1e-3' (a string to YAML 1.1) too."""
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT, strict=True)]
+"""An integer from 1 to :data:`MAX_COUNT` (no floats or strings)."""
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]
+"""An integer from 0 to :data:`MAX_COUNT` (no floats or strings)."""
 
 
 class Strict(BaseModel):
-    """Base of every scenario model: unknown keys are errors; models are immutable."""
+    """Base of every scenario model: unknown keys are errors; models are immutable.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Values are not coerced across types (``true`` is not 1, ``"0.5"`` is not a number, ``2.0``
+    is not an integer) and plain numbers must be finite (no ``.nan`` or ``.inf``): a quantity
+    with units goes through its own parser, which rejects them too.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

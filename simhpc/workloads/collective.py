@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Literal
 
-from pydantic import Field
-
 from simhpc.registry import register
-from simhpc.scenario.types import PositiveInt, PositiveSize, Strict, Time
+from simhpc.scenario.types import Count, PositiveInt, PositiveSize, Strict, Time
 from simhpc.workloads.base import InvalidReference, Workload
 
 # Bytes each rank moves over the wire per byte of buffer, for the bus-bandwidth convention.
@@ -40,7 +38,7 @@ class CollectiveConfig(Strict):
     iterations: PositiveInt = 1
     gap: Time = 0.0
     """Idle time between iterations (stands for compute)."""
-    root: int = Field(0, ge=0)
+    root: Count = 0
 
 
 @register("workload", "collective")
@@ -65,6 +63,9 @@ class CollectiveWorkload(Workload):
             unknown = [name for name in config.ranks if name not in endpoints]
             if unknown:
                 raise InvalidReference("ranks", f"unknown endpoint {unknown[0]!r} (e.g. {endpoints[0]!r})")
+            repeated = next((name for i, name in enumerate(config.ranks) if name in config.ranks[:i]), None)
+            if repeated is not None:
+                raise InvalidReference("ranks", f"endpoint {repeated!r} is listed twice")
             ranks = list(config.ranks)
         if len(ranks) < 2:
             raise InvalidReference("ranks", "a collective needs at least 2 ranks")

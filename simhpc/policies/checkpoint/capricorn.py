@@ -24,21 +24,21 @@ from simhpc.policies.checkpoint.base import CheckpointPolicy
 from simhpc.policies.checkpoint.partition import gap_plan
 from simhpc.policies.checkpoint.placement import replica_peers
 from simhpc.registry import register
-from simhpc.scenario.types import Strict
+from simhpc.scenario.types import Number, Strict
 from simhpc.workloads.moe.plan import CheckpointPlan, ClusterFacts, Observation
 
 
 class CapricornOptions(Strict):
     """Options of ``capricorn``."""
 
-    threshold: float = Field(0.05, ge=0)
+    threshold: Number = Field(0.05, ge=0)
     """Relative change of a layer's predicted peak expert load that triggers re-profiling."""
     speculative: bool = True
     """Re-profile only the layers predicted to change (else every layer, every iteration)."""
     predictor: Literal["last", "trend"] = "last"
     """Next load = this load (``last``) or this load plus the last change (``trend``)."""
     placement: Literal["group", "ring"] = "group"
-    fill: float = Field(1.0, gt=0, le=1)
+    fill: Number = Field(1.0, gt=0, le=1)
     """Fraction of each profiled gap the chunks may fill (headroom for latency, pipelining)."""
 
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from simhpc.policies.checkpoint.base import CheckpointPolicy
 from simhpc.registry import register
-from simhpc.scenario.types import PositiveInt, Strict
+from simhpc.scenario.types import Number, PositiveInt, Strict
 from simhpc.workloads.moe.plan import CheckpointPlan, ClusterFacts, Observation
 
 
@@ -24,7 +24,7 @@ class CheckFreqOptions(Strict):
 
     adaptive: bool = True
     """Choose the interval from the profile (else use ``checkpoint.every``)."""
-    max_overhead: float = Field(0.035, gt=0, lt=1)
+    max_overhead: Number = Field(0.035, gt=0, lt=1)
     """Overhead bound of the adaptive interval (CheckFreq's default, 3.5 %)."""
     profile_iterations: PositiveInt = 2
     """Iterations timed without checkpoints before the interval is chosen."""

@@ -17,7 +17,7 @@ from simhpc.policies.checkpoint.base import CheckpointPolicy
 from simhpc.policies.checkpoint.partition import gap_plan
 from simhpc.policies.checkpoint.placement import replica_peers
 from simhpc.registry import register
-from simhpc.scenario.types import PositiveInt, Strict
+from simhpc.scenario.types import Number, PositiveInt, Strict
 from simhpc.workloads.moe.plan import CheckpointPlan, Chunk, ClusterFacts, Observation
 
 
@@ -27,7 +27,7 @@ class GeminiOptions(Strict):
     profile_iterations: PositiveInt = 2
     """Leading iterations timed to find the gaps."""
     placement: Literal["group", "ring"] = "group"
-    fill: float = Field(1.0, gt=0, le=1)
+    fill: Number = Field(1.0, gt=0, le=1)
     """Fraction of each profiled gap the chunks may fill (headroom for latency, pipelining)."""
 
 

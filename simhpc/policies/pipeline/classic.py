@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
 from simhpc.policies.pipeline.base import PipelineSchedule
 from simhpc.policies.pipeline.greedy import grouped_queues, micro_batch_groups, queued_schedule
 from simhpc.policies.pipeline.mapping import round_robin
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 from simhpc.registry import register
-from simhpc.scenario.types import Strict
+from simhpc.scenario.types import PositiveInt, Strict
 
 
 class GPipeParams(Strict):
@@ -35,7 +33,7 @@ class InterleavedParams(Strict):
     """Megatron-LM interleaved 1F1B: ``v`` model chunks (stages) per device, round-robin."""
 
     kind: Literal["interleaved"]
-    v: int = Field(2, ge=1, strict=True)
+    v: PositiveInt = 2
     """Chunks (stages) per device; depth D = v x devices."""
 
 

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
 from simhpc.policies.pipeline.base import PipelineSchedule
 from simhpc.policies.pipeline.chimera import bidirectional_plan
 from simhpc.policies.pipeline.classic import grouped_plan
@@ -44,21 +42,21 @@ from simhpc.policies.pipeline.greedy import list_schedule
 from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
 from simhpc.policies.pipeline.plan import FORWARD, Op, PipelinePlan
 from simhpc.registry import register
-from simhpc.scenario.types import Strict
+from simhpc.scenario.types import PositiveInt, Strict
 
 
 class PrtParams(Strict):
     """Pipeline reuse: depth ``k x devices``, a stage map and a direction."""
 
     kind: Literal["prt"]
-    k: int = Field(2, ge=1, strict=True)
+    k: PositiveInt = 2
     """Reuse factor: stages per device (per direction)."""
     mapping: Literal["round_robin", "v_shape"] | list[int] = "round_robin"
     """Stage -> device map: a named layout or one device index per stage."""
     direction: Literal["uni", "bi"] = "uni"
     order: Literal["auto", "grouped", "greedy"] = "auto"
     """Unidirectional op order: Megatron-style groups or greedy (auto: grouped for round-robin)."""
-    max_inflight: int | None = Field(None, ge=1, strict=True)
+    max_inflight: PositiveInt | None = None
     """Bidirectional only: stage activations a device may hold (default ``2 x k x devices``)."""
 
 

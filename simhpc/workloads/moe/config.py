@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from simhpc.scenario.types import PositiveInt, PositiveSize, Size, Strict, Time
+from simhpc.scenario.types import Count, Number, PositiveInt, PositiveSize, Size, Strict, Time
 
 
 class MoEModelConfig(Strict):
@@ -24,13 +24,13 @@ class MoEModelConfig(Strict):
     experts: PositiveInt
     """Experts per MoE layer."""
     top_k: PositiveInt = 1
-    capacity_factor: float | None = Field(None, gt=0)
+    capacity_factor: Number | None = Field(None, gt=0)
     """Tokens an expert accepts, as a multiple of the even share ``tokens * top_k / experts``;
     tokens beyond it are dropped (GShard/Switch). ``null``: dropless (MegaBlocks-style)."""
     gated_ffn: bool = False
     """SwiGLU experts (three matrices, Mixtral/LLaMA) instead of two (GPT)."""
     sequence_length: PositiveInt = 2048
-    vocab: int = Field(50257, ge=0)
+    vocab: Count = 50257
     """Embedding rows (tied input/output embedding, dense, data-parallel)."""
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     """Type of weights, activations and gradients on the GPU."""
@@ -79,7 +79,7 @@ class FailureSpec(Strict):
     """One injected node failure."""
 
     time: Time
-    node: int = Field(0, ge=0)
+    node: Count = 0
 
 
 class FailuresConfig(Strict):
@@ -88,7 +88,7 @@ class FailuresConfig(Strict):
     at: list[FailureSpec] = Field(default_factory=list)
     mtbf: Time | None = None
     """Mean time between failures of the whole cluster; failure times are exponential."""
-    max_failures: int = Field(10, ge=0)
+    max_failures: Count = 10
     restart_time: Time = 0.0
     """Detection plus replacing the node and restarting the processes, before state reload."""
 
@@ -102,7 +102,7 @@ class LoadConfig(Strict):
     same at every dynamicity; dynamicity sets how fast they move; 0 = static).
     """
 
-    skew: float = Field(0.6, ge=0)
+    skew: Number = Field(0.6, ge=0)
     """Standard deviation of the logits: the stationary spread of expert popularity."""
     start: Literal["stationary", "uniform"] = "stationary"
     """``stationary``: x[0] drawn from the stationary law; ``uniform``: x[0] = 0, the even
@@ -119,9 +119,9 @@ class MoETrainingConfig(Strict):
     parallelism: ParallelismConfig = ParallelismConfig()
     iterations: PositiveInt = 10
     """Iterations to complete (re-executed iterations after a rollback do not count)."""
-    warmup: int = Field(2, ge=0)
+    warmup: Count = 2
     """Leading iterations left out of the steady-state mean iteration time."""
-    dynamicity: float = Field(0.0, ge=0, le=1)
+    dynamicity: Number = Field(0.0, ge=0, le=1)
     """Iteration-level change of expert loads (0 = static, 1 = independent draws)."""
     loads: LoadConfig = LoadConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
