@@ -125,6 +125,9 @@ CASES = [
     ("huge-size", edited(setter("workload.size", 1e308)), [], "workload.size: expected a size"),
     ("tiny-bandwidth", edited(setter("network.topology.bandwidth", "1e-300 B/s")), [],
      "network.topology.bandwidth: expected a bandwidth"),
+    ("huge-torus", edited(setter("network.topology", {"kind": "torus", "dims": [1024, 1024, 1024],
+                                                      "bandwidth": "1 GB/s"})), [],
+     "network.topology: torus 1024x1024x1024: 1073741824 nodes"),
     # union members and discriminators in error paths
     ("union-member-tag", edited(setter("workload.ranks", "abc")), [],
      "workload.ranks: Input should be a valid integer or a valid list, got 'abc'"),
@@ -169,3 +172,24 @@ def test_real_process_prints_no_traceback(tmp_path: Path):
     assert process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
     assert "network.topology.bandwidth" in process.stderr
 
+
+def test_out_of_memory_is_a_one_line_error(tmp_path: Path, monkeypatch):
+    path = tmp_path / "big.yaml"
+    path.write_text(VALID, encoding="utf-8")
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("simhpc.cli.run_cmd.simulate", exhausted)
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}: out of memory: too large to simulate on this machine (reduce the counts or sizes)"]
+
+
+def test_checkpoint_buffer_too_small_for_the_state(tmp_path: Path):
+    scenario = Path(__file__).parent.parent / "scenarios" / "moe_demo.yaml"
+    result = CliRunner().invoke(main, ["run", str(scenario), "-o", str(tmp_path / "out"),
+                                       "--set", "workload.checkpoint.buffer=0.5"])
+    assert result.exit_code == 2, result.output
+    assert "workload.checkpoint.buffer: a buffer of 0.5 B cuts each GPU's" in result.stderr

@@ -1,7 +1,8 @@
 """The ``simhpc`` command group and its user-error handling.
 
 Every subcommand lives in its own module in this package and is added to the group below.
-User mistakes (:class:`~simhpc.errors.SimhpcError`) print one line on stderr and exit 2.
+User mistakes (:class:`~simhpc.errors.SimhpcError`) print one line on stderr and exit 2, and
+so does running out of memory (an input too large for this machine).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from simhpc.errors import SimhpcError
 F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR = 2
+_INPUTS = ("scenario", "measured", "sweep_dir")
+"""Parameters naming a command's input file, for messages."""
 
 
 def fail(message: str) -> None:
@@ -37,6 +40,11 @@ def user_errors(command: F) -> F:
             return command(*args, **kwargs)
         except SimhpcError as error:
             fail(str(error))
+        except MemoryError:
+            # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.
+            subject = next((str(kwargs[name]) for name in _INPUTS if kwargs.get(name) is not None), "")
+            fail(f"{subject}{': ' if subject else ''}out of memory: too large to simulate on this machine "
+                 "(reduce the counts or sizes)")
 
     return wrapper  # type: ignore[return-value]
 

@@ -43,6 +43,13 @@ def _delay(name: str, value: object) -> float:
     return float(value)
 
 
+def _check_scale(name: str, nodes: int, cables: int) -> None:
+    """Refuse a topology too large to build before building any of it (see Topology limits)."""
+    if nodes > Topology.MAX_NODES or cables > Topology.MAX_CABLES:
+        raise ValueError(f"{name}: {nodes} nodes and {cables} cables, more than the limit of "
+                         f"{Topology.MAX_NODES} nodes and {Topology.MAX_CABLES} cables")
+
+
 def _oversubscription(value: object) -> float:
     ratio = _rate("oversubscription", value)
     if ratio < 1.0:
@@ -62,6 +69,7 @@ def single_switch(hosts: int, bandwidth: float, latency: float) -> Topology:
     hosts = _count("hosts", hosts)
     bandwidth = _rate("bandwidth", bandwidth)
     latency = _delay("latency", latency)
+    _check_scale(f"single_switch of {hosts} hosts", hosts + 1, hosts)
     topo = Topology(f"single_switch-{hosts}")
     topo.add_switch("switch")
     for i in range(hosts):
@@ -125,6 +133,8 @@ def fat_tree(
     latency = _delay("latency", latency)
     ratio = _oversubscription(oversubscription)
     spines = per_leaf if spines is None else _count("spines", spines)
+    leaves = -(-hosts // per_leaf)
+    _check_scale(f"fat_tree of {hosts} hosts", hosts + leaves + spines, hosts + leaves * spines)
     topo = Topology(f"fat_tree-{hosts}", ecmp=ecmp)
     names = [f"h{i}" for i in range(hosts)]
     for name in names:
@@ -168,6 +178,8 @@ def dragonfly(
     latency = _delay("latency", latency)
     glob = bandwidth if global_bandwidth is None else _rate("global_bandwidth", global_bandwidth)
     global_links = _count("global_links", global_links)
+    _check_scale(f"dragonfly of {groups}x{routers}x{per_router}", groups * routers * (per_router + 1),
+                 groups * routers * (per_router + routers) + groups * groups * global_links)
     topo = Topology(f"dragonfly-{groups}x{routers}x{per_router}", ecmp=ecmp)
     host = 0
     for g in range(groups):
@@ -213,6 +225,7 @@ def torus(dims: Sequence[int], bandwidth: float, latency: float, ecmp: bool = Fa
     shape = tuple(_count(f"dims[{axis}]", size) for axis, size in enumerate(dims))
     bandwidth = _rate("bandwidth", bandwidth)
     latency = _delay("latency", latency)
+    _check_scale("torus " + "x".join(map(str, shape)), math.prod(shape), len(shape) * math.prod(shape))
     coords = list(itertools.product(*(range(size) for size in shape)))
     index = {coord: i for i, coord in enumerate(coords)}
 
@@ -303,6 +316,10 @@ def gpu_cluster(
     ratio = _oversubscription(oversubscription)
     if spines is not None:
         spines = _count("spines", spines)
+    per_node = (gpus + 2 + (gpus + 1) // 2 + nics, 2 * gpus + (gpus + 1) // 2 + 2 * nics)
+    fabric_switches = 1 + (spines or per_leaf * nics) + -(-nodes // per_leaf)
+    _check_scale(f"gpu_cluster of {nodes} x {gpus} GPUs", nodes * per_node[0] + fabric_switches,
+                 nodes * per_node[1] + fabric_switches * per_leaf * nics)
 
     topo = Topology(f"gpu_cluster-{nodes}x{gpus}", ecmp=ecmp)
     ports: list[str] = []

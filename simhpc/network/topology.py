@@ -75,6 +75,12 @@ class Topology:
         ecmp: spread equal-cost paths over the pairs (S+D mod k).
     """
 
+    MAX_NODES = 2**20
+    """Most nodes (endpoints and switches) a topology may have: far beyond any machine simulated
+    at link level here, and a clear error instead of exhausting the memory."""
+    MAX_CABLES = 2**22
+    """Most cables (pairs of directed links) a topology may have."""
+
     def __init__(
         self,
         name: str = "topology",
@@ -131,6 +137,8 @@ class Topology:
     def _add_node(self, name: str, *, kind: str, transit: bool, machine: str) -> None:
         if name in self._transit:
             raise ValueError(f"topology {self.name!r}: node {name!r} added twice")
+        if len(self._transit) >= self.MAX_NODES:
+            raise ValueError(f"topology {self.name!r}: more than the limit of {self.MAX_NODES} nodes")
         self.graph.add_node(name, kind=kind)
         self._transit[name] = transit
         self._ordinal[name] = len(self._ordinal)
@@ -159,6 +167,8 @@ class Topology:
             raise ValueError(f"topology {self.name!r}: a link from {a!r} to itself")
         if self.graph.has_edge(a, b):
             raise ValueError(f"topology {self.name!r}: {a!r} and {b!r} are already connected")
+        if len(self.links) >= 2 * self.MAX_CABLES:
+            raise ValueError(f"topology {self.name!r}: more than the limit of {self.MAX_CABLES} cables")
         if not (math.isfinite(bandwidth) and bandwidth > 0):
             raise ValueError(f"link {a}<->{b}: bandwidth must be finite and > 0, got {bandwidth!r}")
         if not (math.isfinite(latency) and latency >= 0):

@@ -8,6 +8,7 @@ model arithmetic, the expert-load process and the checkpoint policy, then runs t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Generator
 from typing import Any
@@ -19,6 +20,9 @@ from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import NodeSpec, StorageSpec
 from simhpc.registry import UnknownNameError, lookup, register
+from simhpc.scenario.messages import describe_validation_error
+from simhpc.scenario.types import MAX_COUNT
+from simhpc.units import format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.moe.checkpointer import CheckpointStore
 from simhpc.workloads.moe.comm import TrainingComm
@@ -41,9 +45,9 @@ def _policy_options(config: MoETrainingConfig) -> Any:
     try:
         options = policy.Options.model_validate(config.checkpoint.options)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
+        where, message = describe_validation_error(error, config.checkpoint.options)
+        if message.startswith("unknown field"):
+            message = "unknown option" + message.removeprefix("unknown field")
         raise InvalidReference(f"checkpoint.options.{where}".rstrip("."), message) from None
     return policy, options
 
@@ -114,6 +118,11 @@ class MoETrainingWorkload(Workload):
         storage_spec = _storage_spec(config, context.catalog, spec)
         self.storage = self._storage(storage_spec, nodes)
         state = self.model.checkpoint_params_per_gpu() * config.checkpoint.bytes_per_param
+        pieces = math.ceil(state / (config.checkpoint.buffer / 2))  # the executor's pieces per GPU
+        if pieces > MAX_COUNT:
+            raise InvalidReference("checkpoint.buffer", f"a buffer of {format_size(config.checkpoint.buffer)} "
+                                   f"cuts each GPU's {format_size(state)} checkpoint into {pieces} pieces, "
+                                   f"more than the limit of {MAX_COUNT}: use a larger buffer")
         self.facts = ClusterFacts(
             nodes=nodes,
             gpus_per_node=gpus,
