@@ -9,6 +9,7 @@ from simhpc.units import (
     format_time,
     parse_bandwidth,
     parse_frequency,
+    parse_number,
     parse_rate,
     parse_size,
     parse_time,
@@ -48,6 +49,10 @@ def test_parse_rate_and_frequency():
     (parse_time, "fast"), (parse_time, "2 parsecs"), (parse_time, "-1 s"), (parse_size, "12 GiB/s"),
     (parse_bandwidth, "100 Gb"), (parse_bandwidth, "fast"), (parse_rate, "3 GHz"), (parse_size, True),
     (parse_size, None), (parse_time, "nan s"), (parse_size, [1]),
+    # magnitudes whose products and ratios would overflow: 1e308 s, 1e400 (inf), 1e-300 B/s
+    (parse_time, "1e308 s"), (parse_time, 1e31), (parse_bandwidth, "1e400 GB/s"), (parse_bandwidth, "1e-300 B/s"),
+    (parse_number, True), (parse_number, "fast"), (parse_number, "2 GB"), (parse_number, float("inf")),
+    (parse_number, 1e308), (parse_number, "-1e-40"),
 ])
 def test_bad_values_raise_clear_errors(parser, value):
     with pytest.raises(UnitError, match="expected"):
@@ -60,3 +65,9 @@ def test_format_round_trips():
     assert format_bandwidth(5e10) == "50 GB/s"
     assert parse_time(format_time(0.0123)) == pytest.approx(0.0123)
     assert parse_size(format_size(3 * 2**20)) == pytest.approx(3 * 2**20)
+
+
+def test_numbers_and_the_magnitude_range():
+    assert parse_number("1e-3") == 1e-3  # YAML 1.1 reads 1e-3 as a string
+    assert parse_number(-2) == -2.0 and parse_number(0) == 0.0
+    assert parse_time("1e30 s") == 1e30 and parse_size("1e-30 B") == 1e-30 and parse_size(0) == 0.0
