@@ -105,6 +105,9 @@ CASES = [
     ("hardware-gpu-name-list", edited(setter("hardware", {"nodes": {"n": {
         "cpu": "epyc-7742", "host_memory": "1 TiB", "gpu": ["a100"]}}})), [],
      "hardware.nodes.n.gpu: expected the name of a catalog gpu, got ['a100']"),
+    ("hardware-huge-count", edited(setter("hardware", {"nodes": {"n": {
+        "cpu": "epyc-7742", "host_memory": "1 TiB", "gpu": "a100", "gpus": 10**15}}})), [],
+     "hardware.nodes.n.gpus: expected an integer from 1 to 1048576, got 1000000000000000"),
     # YAML the safe loader accepts silently or chokes on
     ("duplicate-key", VALID + "seed: 3\n", [], "key 'seed' is given twice (first at line 2)"),
     ("deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", [], "nested too deeply"),

@@ -23,7 +23,7 @@ from simhpc.hardware.specs import (
     SimdUnit,
     StorageSpec,
 )
-from simhpc.units import UnitError, parse_quantity
+from simhpc.units import MAX_COUNT, UnitError, parse_quantity
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 SECTIONS = ("gpus", "cpus", "storage", "nodes")
@@ -69,8 +69,9 @@ class _Fields:
 
     def integer(self, key: str, default: Any = ..., minimum: int = 1) -> int:
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise CatalogError(f"{self.path}.{key}", f"expected an integer >= {minimum}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+            raise CatalogError(f"{self.path}.{key}", f"expected an integer from {minimum} to {MAX_COUNT}, "
+                                                     f"got {value!r}")
         return value
 
     def text(self, key: str, default: Any = ...) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from simhpc.units import parse_bandwidth, parse_frequency, parse_number, parse_rate, parse_size, parse_time
+from simhpc.units import MAX_COUNT, parse_bandwidth, parse_frequency, parse_number, parse_rate, parse_size, parse_time
 
 
 def _strict(parser: Callable[[object], float]) -> Callable[[Any], float]:
@@ -29,10 +29,6 @@ Rate = Annotated[float, BeforeValidator(_strict(parse_rate)), Field(gt=0)]
 """An operation rate ('7.8 TFLOP/s'); FLOP/s inside."""
 Frequency = Annotated[float, BeforeValidator(_strict(parse_frequency)), Field(gt=0)]
 """A clock ('2 GHz'); Hz inside."""
-MAX_COUNT = 2**20
-"""The largest count a scenario may give (hosts, layers, experts, micro-batches, iterations,
-...): 1,048,576. Counts size the simulated machine and its event list; a larger one would only
-exhaust the memory or the patience of the host running the simulation."""
 Number = Annotated[float, BeforeValidator(_strict(parse_number))]
 """A plain number (a ratio or factor): finite, never a boolean; '1e-3' (a string to YAML 1.1) too."""
 PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT, strict=True)]

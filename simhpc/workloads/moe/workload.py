@@ -21,8 +21,7 @@ from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import NodeSpec, StorageSpec
 from simhpc.registry import UnknownNameError, lookup, register
 from simhpc.scenario.messages import describe_validation_error
-from simhpc.scenario.types import MAX_COUNT
-from simhpc.units import format_size
+from simhpc.units import MAX_COUNT, format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.moe.checkpointer import CheckpointStore
 from simhpc.workloads.moe.comm import TrainingComm
