@@ -81,6 +81,8 @@ CASES = [
     ("unknown-mode", edited(setter("network.mode", "fluid")), [], "network.mode: Input should be"),
     ("unknown-collective", edited(setter("workload.collective", "allreduce")), [], "workload.collective"),
     ("negative-seed", edited(setter("seed", -1)), [], "seed: Input should be greater than or equal to 0"),
+    ("huge-seed", edited(setter("seed", 10**30)), [],
+     "seed: Input should be less than or equal to 9223372036854775807"),
     ("seed-string", edited(setter("seed", "abc")), [], "seed: Input should be a valid integer"),
     ("torus-1d", edited(setter("network.topology", {"kind": "torus", "dims": [4], "bandwidth": "1 GB/s"})), [],
      "network.topology.dims"),

@@ -193,3 +193,12 @@ def test_parquet_export_when_pyarrow_is_installed(tmp_path):
 
     table = pq.read_table(write_parquet(records, tmp_path / "r.parquet"))
     assert table.column("t").to_pylist() == [1.5]
+
+
+def test_seed_too_large_for_the_store_fails_up_front(tmp_path):
+    path = write(tmp_path, {"seeds": [0, 2**64]})
+    result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "sweep.seeds: seeds must be integers >= 0 (at most 9223372036854775807), got 18446744073709551616" \
+        in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,9 @@ from simhpc.registry import lookup, names
 from simhpc.scenario.network import NetworkConfig
 from simhpc.scenario.types import Strict, Time
 
+MAX_SEED = 2**63 - 1
+"""The largest seed: a signed 64-bit integer (what sweep stores and most tools keep)."""
+
 
 class OutputsConfig(Strict):
     """What a run writes besides ``summary.json`` and ``metrics.csv``."""
@@ -26,7 +29,7 @@ class ScenarioBase(Strict):
 
     name: str = "scenario"
     description: str = ""
-    seed: int = Field(0, ge=0, strict=True)
+    seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     hardware: dict[str, Any] | None = None
     """Extra catalog entries (sections gpus, cpus, storage, nodes), same shape as the catalog."""
     network: NetworkConfig | None = None

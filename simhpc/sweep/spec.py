@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from simhpc.errors import ScenarioError
+from simhpc.scenario.schema import MAX_SEED
 from simhpc.scenario.yamlio import load_yaml
 
 SECTIONS = ("grid", "zip", "seeds")
@@ -79,8 +80,9 @@ def _check_seeds(raw: Any, source: str) -> list[int] | None:
     if not raw:
         raise ScenarioError(source, "sweep.seeds", "empty list of seeds")
     for seed in raw:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ScenarioError(source, "sweep.seeds", f"seeds must be integers >= 0, got {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ScenarioError(source, "sweep.seeds",
+                                f"seeds must be integers >= 0 (at most {MAX_SEED}), got {seed!r}")
     if len(set(raw)) != len(raw):
         duplicate = next(seed for seed in raw if raw.count(seed) > 1)
         raise ScenarioError(source, "sweep.seeds", f"seed {duplicate} is listed twice")
