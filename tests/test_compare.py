@@ -430,3 +430,17 @@ def test_ops_of_an_unmeasured_framework_kind_are_listed(tmp_path: Path) -> None:
     missing = summary["unmodelled"]["aten::max_pool2d_with_indices"]
     assert missing["count"] == 10 and "no max_pool2d_with_indices points" in missing["reason"]
     assert summary["ops_modelled"] == summary["ops_total"] - 20  # forward and backward, 10 steps
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("corrupt.json.gz", b"\x1f\x8b\x08\x00garbage, not deflate", "broken gzip file"),
+    ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply to be a trace"),
+])
+def test_unreadable_trace_is_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    for extra in ([], ["--against", str(path)]):
+        result = CliRunner().invoke(main, ["compare", str(path), *extra, "-o", str(tmp_path / "out")])
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {expected}"), lines

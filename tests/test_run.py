@@ -75,3 +75,13 @@ def test_override_changes_the_run(scenarios_dir):
     bigger = simulate(load_scenario(scenarios_dir / "allreduce_torus.yaml", ["workload.size=128 MiB"]))
     assert bigger.summary["workload"]["mean_time_s"] > 1.9 * base.summary["workload"]["mean_time_s"]
 
+
+
+def test_output_folder_blocked_by_a_file_is_one_line(tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a folder")
+    scenario = next(path for path in SCENARIOS if path.name == "allreduce_single_node.yaml")
+    for outdir in (blocker, blocker / "sub"):
+        result = CliRunner().invoke(main, ["run", str(scenario), "-o", str(outdir)])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [f"error: {outdir}: a file is in the way of a folder to write"]

@@ -195,6 +195,15 @@ def test_parquet_export_when_pyarrow_is_installed(tmp_path):
     assert table.column("t").to_pylist() == [1.5]
 
 
+def test_sweep_folder_blocked_by_a_file_is_one_line(tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a folder")
+    path = write(tmp_path, {"seeds": [0, 1]})
+    result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(blocker), "-q", "--workers", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"error: {blocker}: a file is in the way of a folder to write"]
+
+
 def test_seed_too_large_for_the_store_fails_up_front(tmp_path):
     path = write(tmp_path, {"seeds": [0, 2**64]})
     result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out"), "-q"])

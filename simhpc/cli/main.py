@@ -2,7 +2,8 @@
 
 Every subcommand lives in its own module in this package and is added to the group below.
 User mistakes (:class:`~simhpc.errors.SimhpcError`) print one line on stderr and exit 2, and
-so does running out of memory (an input too large for this machine).
+so do a file system refusal (:class:`OSError`: an output folder that is a file, no permission)
+and running out of memory (an input too large for this machine).
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def user_errors(command: F) -> F:
             return command(*args, **kwargs)
         except SimhpcError as error:
             fail(str(error))
+        except OSError as error:
+            # The file system refused (a folder that is a file, no permission, disk full): one line.
+            where = error.filename if error.filename is not None else ""
+            reason = error.strerror or str(error)
+            if isinstance(error, (FileExistsError, NotADirectoryError)):
+                reason = "a file is in the way of a folder to write"
+            fail(f"{where}{': ' if where else ''}{reason}")
         except MemoryError:
             # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.
             subject = next((str(kwargs[name]) for name in _INPUTS if kwargs.get(name) is not None), "")
