@@ -25,7 +25,17 @@ from simhpc.costs.calibration_file import (
     write_calibration,
 )
 from simhpc.costs.calibration_merge import merge_calibrations
-from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, HashProbe, Reduction, Stencil
+from simhpc.costs.kernels import (
+    Attention,
+    Copy,
+    Elementwise,
+    FrameworkOp,
+    Gemm,
+    HashProbe,
+    Recurrent,
+    Reduction,
+    Stencil,
+)
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.hardware import builtin_catalog
 from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
@@ -620,3 +630,16 @@ def test_traced_pointwise_ops_use_the_frameworks_own_points() -> None:
     assert numpy_model.duration(gelu, cpu, 1) != pytest.approx(gelu.bytes() / gelu_rate, rel=0.05)
     add = Elementwise(dtype="fp32", n=1 << 20, op="add")
     assert torch_model.duration(add, cpu, 1) == pytest.approx(numpy_model.duration(add, cpu, 1))
+
+
+def test_recurrent_layer_is_its_products_and_gates(cal_path: Path) -> None:
+    cal = load_calibration(cal_path)
+    cpu, _ = host_specs(cal)
+    efficiency = CalibratedEfficiency(cal, cache="warm")
+    lstm = Recurrent(dtype="fp32", steps=64, batch=32, width=128, hidden=256, gates=4)
+    products = efficiency.host_time(lstm.sequence_gemms()[0], 1) + 64 * efficiency.host_time(lstm.step_gemm(), 1)
+    forward = CostModel(efficiency).duration(lstm, cpu, 1)
+    assert products < forward < 1.5 * products  # the gates add a little to the products
+    backward = CostModel(efficiency).duration(dataclasses.replace(lstm, backward=True), cpu, 1)
+    assert 1.5 * forward < backward < 3 * forward  # twice the products
+    assert efficiency.covers(lstm)
