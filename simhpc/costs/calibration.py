@@ -337,10 +337,14 @@ class CalibratedEfficiency:
             return None
         return sum(w * surfaces[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
 
-    def _stream_key(self, kernel: Kernel) -> tuple[str, str, str, float, float] | None:
-        """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve."""
+    def _stream_key(self, kernel: Kernel, framework: bool = True) -> tuple[str, str, str, float, float] | None:
+        """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve.
+
+        ``framework``: a traced elementwise op may use torch's points of its own name (False: the
+        C kernels' curves, for the arithmetic inside a fused kernel).
+        """
         if isinstance(kernel, Elementwise):
-            if self.blas == "torch" and kernel.op in self._framework_ops:
+            if framework and self.blas == "torch" and kernel.op in self._framework_ops:
                 return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
             op = _OP_CURVE.get(kernel.op.removesuffix("_"), "add")
             return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
@@ -360,9 +364,10 @@ class CalibratedEfficiency:
             return "hash_probe", "linear", "int8", kernel.table_bytes, kernel.probes * kernel.lines
         return None
 
-    def stream_time(self, kernel: Kernel, threads: int) -> float | None:
-        """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered)."""
-        key = self._stream_key(kernel)
+    def stream_time(self, kernel: Kernel, threads: int, framework: bool = True) -> float | None:
+        """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered);
+        ``framework`` as in :meth:`_stream_key`."""
+        key = self._stream_key(kernel, framework)
         if key is None:
             return None
         section, op, dtype, working, amount = key
@@ -447,7 +452,7 @@ class CalibratedEfficiency:
             return None
         size = dtype_bytes(kernel.dtype)
         block = Elementwise(dtype=kernel.dtype, n=ATTENTION_BLOCK // (2 * size), op="exp", inputs=1, outputs=1)
-        per_block = self.stream_time(block, threads)
+        per_block = self.stream_time(block, threads, framework=False)
         if per_block is None:
             return products
         return products + per_block * kernel.exponentials / block.n
@@ -461,7 +466,7 @@ class CalibratedEfficiency:
         if step is None or None in products:
             return None
         gates = Elementwise(dtype=kernel.dtype, n=kernel.gate_elements // kernel.steps, op="tanh", inputs=1, outputs=1)
-        per_step = self.stream_time(gates, threads) or 0.0
+        per_step = self.stream_time(gates, threads, framework=False) or 0.0
         passes = 2 if kernel.backward else 1  # the backward applies each gate's derivative too
         return sum(products) + kernel.steps * (step + passes * per_step)  # type: ignore[arg-type]
 

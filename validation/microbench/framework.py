@@ -10,7 +10,7 @@
 
 - **Pointwise ops**, ATen's own kernels of the activations and their gradients a trace shows
   (``gelu``, ``tanh``, ``sigmoid``, ``silu`` and their backwards, ``exp``, ``threshold_backward``,
-  ``clamp_min``, ``_softmax`` over rows of 128) on fp32 tensors of 256 KiB and 4 MiB: ATen's
+  ``clamp_min``, ``_softmax`` over rows of 128) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB: ATen's
   vectorised transcendental functions run at other rates than the C kernels of ``streams.py``
   (its ``gelu`` took twice as long here). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
   counts for the same traced op, so a trace's op is timed from the points of its own name.
@@ -42,8 +42,8 @@ POINTWISE = {  # op: its tensor arguments (x; or grad and x)
     "silu": 1, "silu_backward": 2, "exp": 1, "threshold_backward": 2, "clamp_min": 1, "_softmax": 1,
 }
 """ATen pointwise ops measured, with their tensor-argument count."""
-POINTWISE_BYTES = (1 << 18, 1 << 22)
-"""Bytes of each input tensor."""
+POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
+"""Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 SOFTMAX_ROW = 128
 QUICK_POOL_SIDES = (16,)
 QUICK_RANDOM_BYTES = (1 << 20,)
