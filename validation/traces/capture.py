@@ -11,6 +11,9 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
+``--models resnetish,lstm,mlp_ln,conv1d`` captures the extra models (``EXTRA_MODELS``), whose ops
+the cost model was not developed on.
+
 The package never imports torch; only this script does. It re-executes itself with glibc's malloc
 told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
 CPU tuning guides advise (they suggest jemalloc or tcmalloc to the same end): otherwise large op
@@ -82,14 +85,74 @@ def cnn() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], C
     return model, lambda: (x, y), nn.functional.cross_entropy
 
 
+class _Residual(nn.Module):
+    """Two 3x3 conv + batch-norm layers with a skip connection (a ResNet basic block)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1, self.norm1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2, self.norm2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x))))))
+
+
+def resnetish() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model (a check on unseen ops): a conv-BN stem, two residual blocks, a strided
+    conv, global average pooling and a 100-way classifier, on 32 x 3 x 32 x 32 images."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), _Residual(32),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1), _Residual(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(64, 100),
+    )
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 100, (32,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
+class _Recurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(5000, 128)
+        self.lstm = nn.LSTM(128, 256, batch_first=True)
+        self.head = nn.Linear(256, 2)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.lstm(self.embed(tokens))
+        return self.head(hidden[:, -1])
+
+
+def lstm() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: an embedding, a 256-wide LSTM over 32 sequences of 64 tokens, a 2-way head."""
+    x, y = torch.randint(0, 5000, (32, 64)), torch.randint(0, 2, (32,))
+    return _Recurrent(), lambda: (x, y), nn.functional.cross_entropy
+
+
+def mlp_ln() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: 256 -> 1024 (LayerNorm, SiLU) -> 1024 (tanh) -> 10, batch 512."""
+    model = nn.Sequential(nn.Linear(256, 1024), nn.LayerNorm(1024), nn.SiLU(), nn.Linear(1024, 1024), nn.Tanh(),
+                          nn.Linear(1024, 10))
+    x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
+def conv1d() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a 1-D conv, a depthwise 1-D conv with sigmoid, average pooling, a linear head."""
+    model = nn.Sequential(nn.Conv1d(16, 64, 5, padding=2), nn.ReLU(), nn.Conv1d(64, 64, 5, padding=2, groups=64),
+                          nn.Sigmoid(), nn.AvgPool1d(2), nn.Flatten(), nn.Linear(64 * 256, 8))
+    x, y = torch.randn(32, 16, 512), torch.randn(32, 8)
+    return model, lambda: (x, y), nn.functional.mse_loss
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
+EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d}
+"""Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 
 def capture(name: str, threads: int, steps: int, target: Path) -> Path:
     """Train ``name`` for ``steps`` profiled steps on ``threads`` threads; write its trace to ``target``."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    model, batch, loss_fn = MODELS[name]()
+    model, batch, loss_fn = {**MODELS, **EXTRA_MODELS}[name]()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     plan = schedule(wait=1, warmup=1, active=steps, repeat=1)
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=plan)
