@@ -28,8 +28,12 @@
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
   moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
+  With ``blas="torch"`` (a torch trace) an elementwise op with torch points of its own name (ATen's
+  ``gelu``, ``tanh``, ... ) is timed from them rather than from the C kernels' curves.
 - **Fused attention**: its products as one batched GEMM, plus one exponential per score at the
-  measured ``exp`` rate of an L1-resident array.
+  measured ``exp`` rate of an L1-resident array (the C kernel's: arithmetic inside a fused kernel).
+- **Recurrent layers**: the input projection as one product, one product with the hidden state per
+  step, the gates of each step at the C kernel's ``tanh`` rate.
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
   threads than measured reuse the largest measured count's fractions.
 

@@ -151,8 +151,8 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         )
         if result.kernel is None:
             reason = result.reason
-            wrapper = op.kind == "unknown" and base_name(op.name) not in COMPOSITE
-            if not reason and wrapper and op.self_time > WRAPPER_SELF_SHARE * op.duration:
+            unknown_parent = op.kind == "unknown" and base_name(op.name) not in COMPOSITE
+            if not reason and unknown_parent and op.self_time > WRAPPER_SELF_SHARE * op.duration:
                 reason = "no cost model for this op's own work (its children are timed on their own)"
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, not reason, reason))
             continue
