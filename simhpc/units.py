@@ -68,14 +68,14 @@ def _split(value: object, kind: str) -> tuple[float, str]:
     return float(match.group("num")), (match.group("unit") or "").strip()
 
 
-# Quantities are 0 or within these magnitudes (in SI units): wide enough for any machine, narrow
-# enough that products and ratios of a few of them (bytes / bandwidth, time x rate, microsecond
-# timestamps) stay finite floats instead of overflowing to inf or underflowing to 0.
 MAX_COUNT = 2**20
 """The largest count an input may give (hosts, GPUs, layers, experts, micro-batches,
 iterations, ...): 1,048,576. Counts size the simulated machine and its event list; a larger one
 would only exhaust the memory or the patience of the host running the simulation."""
 
+# Quantities are 0 or within these magnitudes (in SI units): wide enough for any machine, narrow
+# enough that products and ratios of a few of them (bytes / bandwidth, time x rate, microsecond
+# timestamps) stay finite floats instead of overflowing to inf or underflowing to 0.
 SMALLEST = 1e-30
 LARGEST = 1e30
 _SI = {"time": "s", "size": "B", "bandwidth": "B/s", "rate": "FLOP/s", "frequency": "Hz"}
