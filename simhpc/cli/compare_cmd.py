@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +40,6 @@ def _fmt(seconds: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f} %"
-
-
-def _read(path: Path) -> Trace:
-    """:func:`read_trace`, with the failures it lets through as one-line errors."""
-    try:
-        return read_trace(path)
-    except zlib.error as error:  # a gzip header over a corrupt deflate stream
-        raise CompareError(f"{path}: broken gzip file ({error})") from None
-    except RecursionError:
-        raise CompareError(f"{path}: nested too deeply to be a trace") from None
 
 
 def _threads(trace: Trace, option: int | None, default: int) -> int:
@@ -205,10 +194,10 @@ def command(
     Reports measured vs predicted step time, MAPE per op kind, the worst ops, the ops it could not
     model, and a figure of predicted vs measured time per op. With --against B, aligns two traces.
     """
-    trace = _read(measured)
+    trace = read_trace(measured)
     stem = measured.name.removesuffix(".gz").removesuffix(".json")
     if against is not None:
-        result = compare_traces(trace, _read(against))
+        result = compare_traces(trace, read_trace(against))
         if outdir is not None:
             try:
                 outdir.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import gzip
 import json
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,12 +116,14 @@ def _load_json(path: Path) -> Any:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as error:
+        except (OSError, EOFError, zlib.error) as error:  # zlib: a gzip header over a corrupt deflate stream
             raise TraceError(f"{path}: broken gzip file ({error})") from None
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not a text file; expected Chrome Trace Event JSON") from None
+    except RecursionError:
+        raise TraceError(f"{path}: nested too deeply to be a trace") from None
     except json.JSONDecodeError as error:
         raise TraceError(
             f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
