@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from simhpc.policies.pipeline.plan import PipelinePlan
+from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.scenario.types import Strict
 
 
@@ -40,3 +41,12 @@ class PipelineSchedule(ABC):
             backward_cost: a backward's duration relative to a forward, for schedules that
                 derive their order from a dry run (the model's ratio; 2 for matmul layers).
         """
+
+    def plan_for(self, devices: int, micro_batches: int, backward_cost: float,
+                 profile: StageProfile | None = None) -> PipelinePlan:
+        """The plan for a machine described by ``profile`` (what the workload calls).
+
+        By default :meth:`plan`, the profile unused; schedules that derive their order from a
+        dry run override it to plan with the profile's op and transfer times.
+        """
+        return self.plan(devices, micro_batches, backward_cost=backward_cost)

@@ -25,9 +25,17 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+from simhpc.policies.pipeline.profile import StageProfile
+from simhpc.policies.pipeline.timing import plan_timing
 
 Priority = Callable[[Op], tuple[float, ...]]
 """Sort key of an op: the smallest admissible ready op runs first."""
+
+Duration = Callable[[Op], float]
+"""Dry-run duration of an op."""
+
+Delay = Callable[[Op, Op], float]
+"""Dry-run delay from a producer's end to its output reaching a consumer on another device."""
 
 _UNLIMITED = float("inf")
 
@@ -40,11 +48,12 @@ class _DryRun:
     """Shared state of a unit-cost dry run: readiness, in-flight counts, the event heap."""
 
     def __init__(self, stages: int, maps: list[tuple[int, ...]], pipeline_of: Sequence[int],
-                 devices: int, backward_cost: float) -> None:
+                 devices: int, backward_cost: float, duration: Duration | None = None) -> None:
         self.stages = stages
         self.maps = maps
         self.pipeline_of = pipeline_of
-        self.cost = {FORWARD: 1.0, BACKWARD: backward_cost}
+        unit = {FORWARD: 1.0, BACKWARD: backward_cost}
+        self.duration: Duration = duration if duration is not None else (lambda op: unit[op.kind])
         self.forward_done: set[tuple[int, int]] = set()
         self.backward_done: set[tuple[int, int]] = set()
         self.inflight = [0] * devices
@@ -52,6 +61,10 @@ class _DryRun:
         self.idle = [True] * devices
         self.orders: list[list[Op]] = [[] for _ in range(devices)]
         self.events: list[tuple[float, int, int, Op]] = []
+        self.arrivals: list[tuple[float, int, Op]] = []
+        """Inputs in transit: (arrival time, sequence, consumer op)."""
+        self.arrived: list[Op] = []
+        """Ops whose input arrived at the last :meth:`advance`."""
         self.now = 0.0
         self._sequence = 0
 
@@ -74,14 +87,25 @@ class _DryRun:
             key = self.key(op)
             self.stage_inflight[key] = self.stage_inflight.get(key, 0) + 1
         self.idle[device] = False
-        heapq.heappush(self.events, (self.now + self.cost[op.kind], self._sequence, device, op))
+        heapq.heappush(self.events, (self.now + self.duration(op), self._sequence, device, op))
+        self._sequence += 1
+
+    def send(self, op: Op, delay: float) -> None:
+        """``op``'s input arrives ``delay`` from now (reported by :meth:`advance` in ``arrived``)."""
+        heapq.heappush(self.arrivals, (self.now + delay, self._sequence, op))
         self._sequence += 1
 
     def advance(self, name: str) -> list[Op]:
-        """Jump to the next completion time; return the ops finishing then."""
-        if not self.events:
+        """Jump to the next completion or arrival; return the ops finishing then.
+
+        Inputs arriving at that time are left in :attr:`arrived`.
+        """
+        if not self.events and not self.arrivals:
             raise ScheduleStall(f"{name}: dry run stalled at t={self.now:g} (in-flight limits too low)")
-        self.now = self.events[0][0]
+        self.now = min(queue[0][0] for queue in (self.events, self.arrivals) if queue)
+        self.arrived = []
+        while self.arrivals and self.arrivals[0][0] == self.now:
+            self.arrived.append(heapq.heappop(self.arrivals)[2])
         finished = []
         while self.events and self.events[0][0] == self.now:
             _, _, device, op = heapq.heappop(self.events)
@@ -203,6 +227,9 @@ def list_schedule(
     limits: Sequence[float] | None = None,
     stage_limits: Callable[[int, int], float] | None = None,
     backward_cost: float = 2.0,
+    duration: Duration | None = None,
+    delay: Delay | None = None,
+    pipeline_limits: Sequence[float] | None = None,
 ) -> PipelinePlan:
     """Greedy list scheduling over one or more pipelines.
 
@@ -214,7 +241,16 @@ def list_schedule(
         priority: sort key; the smallest admissible ready op starts first.
         limits: per device, the most activations it may hold (default: unlimited).
         stage_limits: ``(pipeline, stage) -> limit`` on one stage's in-flight activations.
-        backward_cost: dry-run duration of a backward (a forward takes 1).
+        backward_cost: dry-run duration of a backward (a forward takes 1), unless ``duration``.
+        duration: dry-run duration of each op (default: 1 and ``backward_cost``).
+        delay: dry-run time an output takes to reach a consumer on another device (default: 0).
+            An op becomes ready only when its input has arrived, so the order leaves room for
+            the transfers (a device runs other ready work meanwhile).
+        pipeline_limits: per pipeline, the most micro-batches in flight (from the start of
+            their first forward to the end of their first stage's backward). Unlike ``limits``
+            it holds back only a micro-batch's entry, never a forward of one already in flight,
+            so the dry run cannot stall: a device then holds at most the sum over pipelines of
+            limit x (that pipeline's stages on the device) activations.
 
     Raises:
         ScheduleStall: if the limits make the pipeline wait forever.
@@ -222,12 +258,25 @@ def list_schedule(
     maps = [tuple(mapping) for mapping in stage_device]
     stages = len(maps[0])
     m = len(micro_batch_pipeline)
-    run = _DryRun(stages, maps, micro_batch_pipeline, devices, backward_cost)
+    run = _DryRun(stages, maps, micro_batch_pipeline, devices, backward_cost, duration)
     device_limits = list(limits) if limits is not None else [_UNLIMITED] * devices
     ready: list[list[Op]] = [[] for _ in range(devices)]
     for j in range(m):
         first = Op(FORWARD, j, 0)
         ready[run.device(first)].append(first)
+
+    entered = [0] * len(maps)
+    """Per pipeline, micro-batches in flight."""
+
+    def enters(op: Op) -> bool:
+        """Whether ``op`` (a first stage's forward) may start under ``pipeline_limits``; counts it."""
+        q = run.pipeline_of[op.micro_batch]
+        if pipeline_limits is None:
+            return True
+        if entered[q] >= pipeline_limits[q]:
+            return False
+        entered[q] += 1
+        return True
 
     def admissible(device: int, op: Op) -> bool:
         if op.kind != FORWARD:
@@ -239,27 +288,61 @@ def list_schedule(
         q, s = run.key(op)
         return run.stage_inflight.get((q, s), 0) < stage_limits(q, s)
 
+    def hand_on(producer: Op, consumer: Op) -> None:
+        target = run.device(consumer)
+        lag = delay(producer, consumer) if delay is not None and target != run.device(producer) else 0.0
+        if lag > 0.0:
+            run.send(consumer, lag)
+        else:
+            ready[target].append(consumer)
+
     remaining = 2 * m * stages
     while remaining:
         for d in range(devices):
             if run.idle[d] and ready[d]:
-                candidates = [op for op in ready[d] if admissible(d, op)]
-                if candidates:
-                    op = min(candidates, key=priority)
+                candidates = sorted((op for op in ready[d] if admissible(d, op)), key=priority)
+                for op in candidates:  # the best one that may start (a new micro-batch may not fit)
+                    if op.kind == FORWARD and op.stage == 0 and not enters(op):
+                        continue
                     ready[d].remove(op)
                     run.start(d, op)
+                    break
         finished = run.advance(name)
         remaining -= len(finished)
+        for op in run.arrived:
+            ready[run.device(op)].append(op)
         for op in finished:
             kind, j, s = op
             if kind == FORWARD:
                 if s + 1 < stages:
-                    follower = Op(FORWARD, j, s + 1)
-                    ready[run.device(follower)].append(follower)
+                    hand_on(op, Op(FORWARD, j, s + 1))
                 else:  # the last stage's backward needs only its own forward
                     ready[run.device(op)].append(Op(BACKWARD, j, s))
             elif s > 0:
-                follower = Op(BACKWARD, j, s - 1)
-                ready[run.device(follower)].append(follower)
+                hand_on(op, Op(BACKWARD, j, s - 1))
+            else:  # the micro-batch has left its pipeline
+                entered[run.pipeline_of[j]] -= 1
     return run.plan(name, devices, m)
 
+
+def profiled_order(greedy: Callable[..., PipelinePlan], profile: StageProfile | None) -> PipelinePlan:
+    """A greedy plan from a unit-cost dry run, or with ``profile`` the faster of that one and one
+    from a dry run with the profile's op and transfer times.
+
+    Args:
+        greedy: builds the plan; called with no arguments (unit costs) and with ``duration``
+            and ``delay`` keyword arguments (:func:`list_schedule`'s).
+        profile: the machine's estimated times; "faster" is the makespan :func:`plan_timing`
+            gives with them (a tie keeps the unit-cost order). Knowing the transfers lets the dry
+            run leave room for them, but a greedy order is not always better for knowing more,
+            hence the comparison.
+    """
+    plan = greedy()
+    if profile is None:
+        return plan
+    profiled = greedy(duration=profile.duration, delay=profile.delay)
+
+    def estimate(candidate: PipelinePlan) -> float:
+        return plan_timing(candidate, profile.duration, profile.delay).makespan
+
+    return profiled if estimate(profiled) < estimate(plan) else plan

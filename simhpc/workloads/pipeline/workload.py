@@ -21,6 +21,7 @@ from simhpc.models import ModelProfile, build_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition
+from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.registry import lookup, register
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
@@ -103,7 +104,8 @@ class PipelineTrainingWorkload(Workload):
                                              bytes_per_param(config.dtype, config.optimizer), element)
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
         try:
-            self.plan: PipelinePlan = self.schedule.plan(count, config.micro_batches, backward_cost=ratio)
+            self.plan: PipelinePlan = self.schedule.plan_for(count, config.micro_batches, ratio,
+                                                             self._profile(network, names))
         except ScheduleStall as error:
             raise InvalidReference("schedule", str(error)) from None
         capacity = config.memory_capacity or self.gpu.memory_capacity
@@ -114,6 +116,16 @@ class PipelineTrainingWorkload(Workload):
 
         self.executor = PipelineExecutor(self.sim, self.plan, self.costs, self.devices, send,
                                          overhead=config.stage_overhead, sync_replicas=config.sync_replicas)
+
+    def _profile(self, network: Any, names: list[str]) -> StageProfile:
+        """The stage costs as a schedule may plan with them: op times with the per-op overhead,
+        and each boundary's transfer time over the path between the first two GPUs."""
+        path = network.topology.path(names[0], names[1])
+        latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
+        overhead = self.config.stage_overhead
+        return StageProfile(forward=tuple(f + overhead for f in self.costs.forward_s),
+                            backward=tuple(b + overhead for b in self.costs.backward_s),
+                            transfer=tuple(latency + nbytes / bandwidth for nbytes in self.costs.boundary_bytes))
 
     def start(self) -> None:
         self.sim.process(self.executor.run(self.config.iterations))

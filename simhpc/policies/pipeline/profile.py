@@ -1,0 +1,59 @@
+"""What a schedule may know of the machine when it plans: per-stage op and transfer times.
+
+Schedules with a closed-form op order (GPipe, 1F1B, Megatron's interleaving, ZB-H1) ignore it.
+Schedules whose order comes from a dry run (:mod:`~simhpc.policies.pipeline.greedy`: Chimera,
+bidirectional PRT, V-shaped and custom maps) can run the dry run with these times instead of
+unit costs, so the order leaves room for the transfers it will meet — what a profiling planner
+(PipeDream's, zero-bubble's) does. The figures are estimates for planning: the workload then
+runs the plan with its own costs and network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simhpc.policies.pipeline.plan import FORWARD, Op
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """Estimated seconds per op and per cross-device boundary; index = stage.
+
+    Attributes:
+        forward: forward of one micro-batch through the stage (with any per-op overhead).
+        backward: its backward.
+        transfer: time from the end of stage ``s``'s forward to its activation being on another
+            device (``transfer[s]``, also the gradient's way back); one entry per stage, the
+            last one unused.
+    """
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    transfer: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.forward)
+        if n == 0 or len(self.backward) != n or len(self.transfer) != n:
+            raise ValueError("a stage profile needs one forward, backward and transfer time per stage")
+        if any(not t >= 0.0 for t in (*self.forward, *self.backward, *self.transfer)):
+            raise ValueError("stage profile times must be non-negative numbers")
+        if sum(self.forward) <= 0.0:
+            raise ValueError("a stage profile needs a positive forward time")
+
+    @property
+    def stages(self) -> int:
+        return len(self.forward)
+
+    @property
+    def backward_ratio(self) -> float:
+        """Total backward over total forward time."""
+        return sum(self.backward) / sum(self.forward)
+
+    def duration(self, op: Op) -> float:
+        """Seconds of ``op`` (``F`` or ``B``)."""
+        return self.forward[op.stage] if op.kind == FORWARD else self.backward[op.stage]
+
+    def delay(self, producer: Op, consumer: Op) -> float:
+        """Seconds from ``producer``'s end to its output reaching ``consumer`` on another device."""
+        boundary = producer.stage if producer.kind == FORWARD else producer.stage - 1
+        return self.transfer[boundary]
