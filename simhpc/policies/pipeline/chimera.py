@@ -11,27 +11,42 @@ exactly. With a backward twice a forward the bubble is larger: the paper's count
 backward slot like a forward one.
 
 The op order comes from greedy list scheduling (:func:`~simhpc.policies.pipeline.greedy.list_schedule`):
-forwards before backwards, later stages first, at most ``p`` activations per device (Chimera's
-bound).
+forwards before backwards, later stages first, at most ``max_inflight`` micro-batches of each
+direction in flight (default ``p``; a device then holds at most ``2p`` activations). The dry run
+that yields the order uses unit costs; given the workload's
+:class:`~simhpc.policies.pipeline.profile.StageProfile` (``dry_run: profile``) it also runs one
+with the profiled op and transfer times, and keeps whichever order the profile estimates faster
+(a dry run that knows the transfers leaves room for them, but a greedy order is not always
+better for knowing more).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from simhpc.policies.pipeline.base import PipelineSchedule
-from simhpc.policies.pipeline.greedy import list_schedule
+from simhpc.policies.pipeline.greedy import list_schedule, profiled_order
 from simhpc.policies.pipeline.mapping import reverse
 from simhpc.policies.pipeline.plan import FORWARD, Op, PipelinePlan
+from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.registry import register
-from simhpc.scenario.types import Strict
+from simhpc.scenario.types import PositiveInt, Strict
+
+DryRun = Literal["profile", "unit"]
+"""Costs of the dry runs that order a greedy plan: ``unit`` (forward 1, backward the model's
+ratio, free transfers) or ``profile`` (also the workload's op and transfer times; the order the
+profile estimates faster is kept)."""
 
 
 class ChimeraParams(Strict):
     """Chimera with two pipelines (down and up); depth = number of devices."""
 
     kind: Literal["chimera"]
+    max_inflight: PositiveInt | None = None
+    """Micro-batches of each direction in flight (default: the number of devices)."""
+    dry_run: DryRun = "profile"
+    """Order the ops from unit-cost dry runs only, or from the better of those and a profiled one."""
 
 
 def forward_first(op: Op) -> tuple[int, int, int]:
@@ -48,11 +63,27 @@ def split_directions(micro_batches: int) -> tuple[int, ...]:
 
 
 def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batches: int,
-                       limit: float, backward_cost: float) -> PipelinePlan:
-    """Two opposite pipelines over ``down``'s stage layout, greedily scheduled."""
+                       inflight: float, backward_cost: float, profile: StageProfile | None = None) -> PipelinePlan:
+    """Two opposite pipelines over ``down``'s stage layout, greedily scheduled.
+
+    Args:
+        name: the schedule's name.
+        down: the down pipeline's stage -> device map (the up one is its reverse).
+        devices: number of devices.
+        micro_batches: micro-batches over both directions.
+        inflight: micro-batches of each direction in flight at most.
+        backward_cost: backward / forward time of the unit-cost dry run.
+        profile: op and transfer times; when given, a dry run with them is tried too and the
+            order the profile estimates faster kept (:func:`~.greedy.profiled_order`).
+    """
     maps = (tuple(down), reverse(down))
-    return list_schedule(name, devices, maps, split_directions(micro_batches), forward_first,
-                         limits=[limit] * devices, backward_cost=backward_cost)
+    pipelines = split_directions(micro_batches)
+
+    def greedy(**costs: Any) -> PipelinePlan:
+        return list_schedule(name, devices, maps, pipelines, forward_first, backward_cost=backward_cost,
+                             pipeline_limits=(inflight, inflight), **costs)
+
+    return profiled_order(greedy, profile)
 
 
 @register("pipeline", "chimera")
@@ -71,7 +102,14 @@ class Chimera(PipelineSchedule):
         if micro_batches < 2:
             raise ValueError("chimera needs at least 2 micro-batches (one per direction)")
 
-    def plan(self, devices: int, micro_batches: int, backward_cost: float = 2.0) -> PipelinePlan:
+    def plan(self, devices: int, micro_batches: int, backward_cost: float = 2.0,
+             profile: StageProfile | None = None) -> PipelinePlan:
         self.check(devices, micro_batches)
-        return bidirectional_plan("chimera", range(devices), devices, micro_batches,
-                                  float(devices), backward_cost)
+        inflight = self.params.max_inflight or devices
+        return bidirectional_plan("chimera", range(devices), devices, micro_batches, float(inflight),
+                                  backward_cost, profile)
+
+    def plan_for(self, devices: int, micro_batches: int, backward_cost: float,
+                 profile: StageProfile | None = None) -> PipelinePlan:
+        use = profile if self.params.dry_run == "profile" else None
+        return self.plan(devices, micro_batches, backward_cost, profile=use)

@@ -25,22 +25,32 @@ stage layout (Chimera's idea on the deeper pipeline; each device holds ``2k`` st
 
 Op orders: the unidirectional round-robin plan uses Megatron's interleaved order and warm-up
 (``order: grouped``); V-shaped and custom maps use greedy list scheduling with at most ``D-s``
-activations on stage ``s`` (1F1B's bound on the deeper pipeline; ``order: greedy``);
-bidirectional plans use Chimera's greedy rule with at most ``2 k p`` stage activations per device
-(each ``1/k`` of a depth-``p`` stage: twice the bytes of Chimera's bound of ``p``, which keeps
-the greedy order from throttling the deeper pipeline; ``max_inflight`` sets it).
+activations on stage ``s`` (1F1B's bound on the deeper pipeline; ``order: greedy``).
+Bidirectional plans use Chimera's greedy rule (forwards first, deeper first) with at most
+``max_inflight`` micro-batches of each direction in flight (default ``p``, as for Chimera). A
+device then holds at most ``2 k p`` stage activations, each ``1/k`` of a depth-``p`` stage: the
+bytes of Chimera's bound (``2p`` depth-``p`` stages) at the same ``max_inflight``. With no
+communication, uniform stages and a backward as long as a forward this reaches
+``(p-2)/(2km+p-2)``: Chimera's bubble with ``k`` times the ops per device
+(``tests/test_prt_bidirectional.py``).
+
+Greedy orders (bidirectional, V-shaped, custom) come from a unit-cost dry run; with
+``dry_run: profile`` (default) a dry run with the workload's profiled op and transfer times is
+also made and the order the profile estimates faster is kept
+(:func:`~simhpc.policies.pipeline.greedy.profiled_order`), the same planner as Chimera's.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from simhpc.policies.pipeline.base import PipelineSchedule
-from simhpc.policies.pipeline.chimera import bidirectional_plan
+from simhpc.policies.pipeline.chimera import DryRun, bidirectional_plan
 from simhpc.policies.pipeline.classic import grouped_plan
-from simhpc.policies.pipeline.greedy import list_schedule
+from simhpc.policies.pipeline.greedy import list_schedule, profiled_order
 from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
 from simhpc.policies.pipeline.plan import FORWARD, Op, PipelinePlan
+from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.registry import register
 from simhpc.scenario.types import PositiveInt, Strict
 
@@ -57,7 +67,9 @@ class PrtParams(Strict):
     order: Literal["auto", "grouped", "greedy"] = "auto"
     """Unidirectional op order: Megatron-style groups or greedy (auto: grouped for round-robin)."""
     max_inflight: PositiveInt | None = None
-    """Bidirectional only: stage activations a device may hold (default ``2 x k x devices``)."""
+    """Bidirectional only: micro-batches of each direction in flight (default: the number of devices)."""
+    dry_run: DryRun = "profile"
+    """Greedy orders from unit-cost dry runs only, or from the better of those and a profiled one."""
 
 
 def backward_first(op: Op) -> tuple[int, int, int]:
@@ -95,17 +107,28 @@ class Prt(PipelineSchedule):
         if self.bidirectional and micro_batches < 2:
             raise ValueError("bidirectional prt needs at least 2 micro-batches (one per direction)")
 
-    def plan(self, devices: int, micro_batches: int, backward_cost: float = 2.0) -> PipelinePlan:
+    def plan(self, devices: int, micro_batches: int, backward_cost: float = 2.0,
+             profile: StageProfile | None = None) -> PipelinePlan:
         self.check(devices, micro_batches)
         mapping = self.stage_map(devices)
         stages = len(mapping)
         if self.bidirectional:
-            limit = self.params.max_inflight or 2 * self.params.k * devices
-            return bidirectional_plan("prt-bi", mapping, devices, micro_batches, float(limit), backward_cost)
+            inflight = self.params.max_inflight or devices
+            return bidirectional_plan("prt-bi", mapping, devices, micro_batches, float(inflight), backward_cost,
+                                      profile)
         order = self.params.order
         if order == "auto":
             order = "grouped" if self.params.mapping == "round_robin" else "greedy"
         if order == "grouped":
             return grouped_plan("prt-uni", mapping, devices, micro_batches, backward_cost)
-        return list_schedule("prt-uni", devices, (mapping,), (0,) * micro_batches, backward_first,
-                             stage_limits=lambda q, s: float(stages - s), backward_cost=backward_cost)
+
+        def greedy(**costs: Any) -> PipelinePlan:
+            return list_schedule("prt-uni", devices, (mapping,), (0,) * micro_batches, backward_first,
+                                 stage_limits=lambda q, s: float(stages - s), backward_cost=backward_cost, **costs)
+
+        return profiled_order(greedy, profile)
+
+    def plan_for(self, devices: int, micro_batches: int, backward_cost: float,
+                 profile: StageProfile | None = None) -> PipelinePlan:
+        use = profile if self.params.dry_run == "profile" else None
+        return self.plan(devices, micro_batches, backward_cost, profile=use)

@@ -1,0 +1,127 @@
+"""Bidirectional PRT (two opposite pipelines of depth k x p): bubbles, limits, profiled orders.
+
+Convention as in ``test_pipeline_schedules.py``: closed-form timing (:func:`plan_timing`),
+uniform stages, a forward of ``1/k`` and a backward of ``b/k`` (the work per device does not
+depend on ``k``), no communication unless a profile says otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from simhpc.policies.pipeline import Chimera, PipelinePlan, Prt, plan_timing
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op
+from simhpc.policies.pipeline.profile import StageProfile
+from tests.test_pipeline_schedules import check_invariants, unit
+
+
+def chimera_bubble(p: int, m: int, backward: float = 1.0) -> float:
+    plan = Chimera(Chimera.Params(kind="chimera")).plan(p, m, backward_cost=backward)
+    return plan_timing(plan, unit(backward)).bubble_fraction
+
+
+def prt_bi(k: int, **params) -> Prt:
+    return Prt(Prt.Params(kind="prt", k=k, direction="bi", **params))
+
+
+def bubble(plan: PipelinePlan, k: int, backward: float = 1.0) -> float:
+    return plan_timing(plan, unit(backward, 1 / k)).bubble_fraction
+
+
+@pytest.mark.parametrize("p", [4, 8, 16])
+def test_k1_is_chimera_with_its_bubble(p):
+    for m in range(p, 41, 2):
+        plan = prt_bi(1).plan(p, m, backward_cost=1.0)
+        assert bubble(plan, 1) == pytest.approx((p - 2) / (2 * m + p - 2), abs=1e-9), m
+        assert plan.ops == Chimera(Chimera.Params(kind="chimera")).plan(p, m, backward_cost=1.0).ops
+
+
+@pytest.mark.parametrize("p", [4, 8, 16])
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_deeper_bidirectional_bubble_no_larger_than_chimeras(p, k):
+    """Equal forward and backward: never above Chimera's bubble on the same devices, and exactly
+    Chimera's formula with ``k`` times the ops, ``(p-2)/(2km+p-2)``, when ``m`` is a multiple of
+    ``p/2`` (otherwise a direction's micro-batches do not fill the turns of the deeper pipeline)."""
+    for m in range(p, 41, 2):
+        plan = prt_bi(k).plan(p, m, backward_cost=1.0)
+        check_invariants(plan)
+        ours = bubble(plan, k)
+        assert ours <= chimera_bubble(p, m) + 1e-9, m
+        if m % (p // 2) == 0:
+            assert ours == pytest.approx((p - 2) / (2 * k * m + p - 2), abs=1e-9), m
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: with a backward twice a forward the greedy order of "
+                   "the deeper bidirectional pipeline is sometimes a little worse than Chimera's (here "
+                   "0.077 against 0.059); no closed-form order is implemented")
+def test_deeper_bidirectional_bubble_with_slower_backward():
+    assert bubble(prt_bi(4).plan(4, 16, backward_cost=2.0), 4, 2.0) <= chimera_bubble(4, 16, 2.0) + 1e-9
+
+
+@pytest.mark.parametrize("k, inflight", [(2, 1), (2, 3), (3, 8), (4, 2)])
+def test_in_flight_micro_batches_and_activations_stay_bounded(k, inflight):
+    """At most ``max_inflight`` micro-batches of each direction between their first forward and
+    their last backward; a device then holds at most ``2 x k x max_inflight`` activations. Low
+    limits throttle the pipeline but never stall it."""
+    p, m = 4, 24
+    plan = prt_bi(k, max_inflight=inflight).plan(p, m, backward_cost=2.0)
+    check_invariants(plan)
+    timing = plan_timing(plan, unit(2.0))
+    spans = {j: (timing.start[(FORWARD, j, 0)], timing.end[(BACKWARD, j, 0)]) for j in range(m)}
+    for q in (0, 1):
+        mine = [spans[j] for j in range(m) if plan.micro_batch_pipeline[j] == q]
+        for t, _ in mine:
+            assert sum(start <= t < end for start, end in mine) <= inflight
+    for device, ops in enumerate(plan.ops):
+        held = 0
+        for op in sorted(ops, key=lambda o: timing.start[o]):
+            held += 1 if op.kind == FORWARD else -1
+            assert held <= 2 * k * inflight, (device, op)
+
+
+def uniform_profile(stages: int, forward: float, backward: float, transfer: float) -> StageProfile:
+    return StageProfile((forward,) * stages, (backward,) * stages, (transfer,) * stages)
+
+
+@pytest.mark.parametrize("k, m", [(1, 8), (2, 8), (3, 16), (2, 32)])
+def test_profiled_order_is_valid_and_never_estimated_slower(k, m):
+    p = 8
+    profile = uniform_profile(k * p, 1.0 / k, 2.0 / k, 0.4 / k)
+    schedule = prt_bi(k)
+    plan = schedule.plan_for(p, m, 2.0, profile)
+    check_invariants(plan)
+    unit_plan = schedule.plan(p, m, backward_cost=2.0)
+    estimate = lambda candidate: plan_timing(candidate, profile.duration, profile.delay).makespan  # noqa: E731
+    assert estimate(plan) <= estimate(unit_plan) + 1e-12
+    assert prt_bi(k, dry_run="unit").plan_for(p, m, 2.0, profile).ops == unit_plan.ops
+
+
+def test_a_dry_run_that_knows_the_transfers_fills_their_wait():
+    """With transfers as long as a forward the profiled dry run finds a faster order than the
+    unit-cost one (Chimera, 8 devices, 16 micro-batches)."""
+    p, m = 8, 16
+    profile = uniform_profile(p, 1.0, 2.0, 1.0)
+    schedule = Chimera(Chimera.Params(kind="chimera"))
+    estimate = lambda candidate: plan_timing(candidate, profile.duration, profile.delay).makespan  # noqa: E731
+    assert estimate(schedule.plan(p, m, 2.0, profile)) < estimate(schedule.plan(p, m, backward_cost=2.0))
+
+
+def test_stage_profile_rejects_bad_input_and_times_ops():
+    profile = StageProfile((1.0, 2.0), (2.0, 4.0), (0.5, 0.0))
+    assert profile.duration(Op(BACKWARD, 0, 1)) == 4.0
+    assert profile.delay(Op(FORWARD, 0, 0), Op(FORWARD, 0, 1)) == 0.5
+    assert profile.delay(Op(BACKWARD, 0, 1), Op(BACKWARD, 0, 0)) == 0.5
+    assert profile.backward_ratio == 2.0
+    for bad in [((1.0,), (1.0, 1.0), (0.0, 0.0)), ((1.0, -1.0), (1.0, 1.0), (0.0, 0.0)),
+                ((0.0, 0.0), (1.0, 1.0), (0.0, 0.0))]:
+        with pytest.raises(ValueError):
+            StageProfile(*bad)
+
+
+def test_every_device_hosts_2k_stages():
+    plan = prt_bi(3).plan(4, 8)
+    for device in range(4):
+        assert len(plan.hosted_stages(device)) == 6
+    assert all(a != b for a, b in itertools.pairwise(plan.stage_device[0]))
