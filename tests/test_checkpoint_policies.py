@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simhpc.policies.checkpoint import fit_to_gaps, replica_peers
-from simhpc.policies.checkpoint.partition import gap_plan
+from simhpc.policies.checkpoint.partition import gap_plan, hedge_gaps
 from simhpc.registry import lookup, names
 from simhpc.workloads.moe.plan import ClusterFacts, Observation, iteration_phases
 
@@ -56,6 +56,32 @@ def test_gap_plan_uses_only_compute_phases_before_the_deadline():
     assert kinds == {"compute"}
     assert all(c.release < f.optimizer_phase for c in chunks)
     assert sum(c.nbytes for c in chunks) == pytest.approx(1e8)
+
+
+def test_hedge_gaps_takes_the_slack_from_uncertain_gaps_at_one_quantile():
+    gaps = [(0, 1.0), (2, 2.0), (4, 1.0), (6, 2.0)]
+    spread = {2: 0.2, 6: 0.4}
+    hedged = dict(hedge_gaps(gaps, spread, nbytes=5.0, rate=1.0))
+    assert hedged[0] == 1.0 and hedged[4] == 1.0  # certain gaps keep their length
+    assert sum(hedged.values()) == pytest.approx(5.0)
+    shrink = {phase: 1 - hedged[phase] / 2.0 for phase in spread}
+    assert shrink[6] == pytest.approx(2 * shrink[2])  # same z: shrink proportional to the spread
+    # No slack: nothing shrinks; slack enough for the certain gaps alone: uncertain gaps empty.
+    assert hedge_gaps(gaps, spread, nbytes=7.0, rate=1.0) == gaps
+    assert dict(hedge_gaps(gaps, spread, nbytes=1.5, rate=1.0)) == {0: 1.0, 2: 0.0, 4: 1.0, 6: 0.0}
+    assert hedge_gaps(gaps, {}, nbytes=1.0, rate=1.0) == gaps
+
+
+def test_gap_plan_with_spread_leaves_the_slack_in_the_uncertain_gaps():
+    f = facts(state=1e8)
+    d = durations(f, expert=0.02, other=0.005)
+    rate = f.memory_rate(1)
+    experts = [p.index for p in f.phases if p.part == "expert"]
+    plain = {c.release: c.nbytes for c in gap_plan(f, d, peers=1)}
+    hedged = {c.release: c.nbytes for c in gap_plan(f, d, peers=1, spread={i: 0.3 for i in experts})}
+    assert sum(hedged.values()) == pytest.approx(1e8)
+    assert max(plain) < max(hedged)  # plain: greedy, the slack left after the last chunk
+    assert all(hedged.get(i, 0.0) < 0.02 * rate for i in experts)
 
 
 @pytest.mark.parametrize(("nodes", "replicas", "expected"), [
@@ -140,6 +166,43 @@ def test_capricorn_reprofiles_only_layers_whose_predicted_load_changed():
     after = {c.release: c.nbytes for c in policy.plan(4).chunks}
     expert_1 = [p.index for p in f.phases if p.layer == 1 and p.part == "expert"]
     assert sum(after.get(i, 0) for i in expert_1) > sum(before.get(i, 0) for i in expert_1)
+
+
+def test_capricorn_replans_at_the_predicted_load_before_reprofiling():
+    f = facts(state=2e8)
+    cls = lookup("checkpoint", "capricorn")
+    policy = cls(f, cls.Options(hedge=False))
+    loads = np.ones((LAYERS, 32))
+    plan = policy.plan(0)
+    observe(policy, 0, f, loads, {i: durations(f)[i] for i in plan.profile})
+    before = policy.estimate()
+    changed = loads.copy()
+    changed[1] *= 2.0
+    observe(policy, 1, f, changed, {})
+    plan = policy.plan(2)
+    assert plan.profile == frozenset(f.layer_phases(1))  # re-profiled during this iteration ...
+    estimate = policy.estimate()  # ... and planned already at the predicted load
+    for phase in f.phases:
+        factor = 2.0 if phase.layer == 1 and phase.part == "expert" else 1.0
+        assert estimate[phase.index] == pytest.approx(factor * before[phase.index])
+
+
+def test_capricorn_hedges_by_the_error_of_its_load_prediction():
+    f = facts(state=1e8)
+    policy = lookup("checkpoint", "capricorn")(f)
+    loads = np.ones((LAYERS, 32))
+    plan = policy.plan(0)
+    observe(policy, 0, f, loads, {i: durations(f, expert=0.02)[i] for i in plan.profile})
+    assert policy.spread() == {}
+    observe(policy, 1, f, loads, {})
+    assert set(policy.spread().values()) == {0.0}  # predicted exactly: no headroom
+    moved = loads * np.array([[1.0], [1.2], [1.0]])
+    observe(policy, 2, f, moved, {})
+    spread = policy.spread()
+    expert_1 = [p.index for p in f.phases if p.layer == 1 and p.part == "expert"]
+    assert all(spread[i] == pytest.approx(0.2 / np.sqrt(2)) for i in expert_1)
+    assert {spread[p.index] for p in f.phases if p.part == "expert" and p.layer != 1} == {0.0}
+    assert sum(c.nbytes for c in policy.plan(3).chunks) == pytest.approx(1e8)
 
 
 def test_capricorn_without_speculation_profiles_every_layer_every_iteration():

@@ -11,6 +11,24 @@ gaps of the training traffic, but its profile is per layer and kept current:
   current one) and re-profiles only the layers whose predicted load moved more than a
   threshold from the load they were profiled at. Timing a phase costs the workload's
   ``profile_overhead``; with ``speculative: false`` every layer is profiled every iteration.
+
+Two consequences of planning from a *predicted* load, rather than from the last timing alone:
+
+* **re-partitioning at the prediction**: a layer's expert time follows the tokens of its
+  most-loaded expert, so the plan scales each layer's profiled expert phases by the ratio of
+  its predicted to its profiled peak load. Without this, a layer whose load moved at iteration
+  ``i`` is re-profiled during ``i+1`` and its new timing is used only from ``i+2``: every
+  re-profiled iteration would be cut from a profile two iterations old. The load comes free
+  with the routing metadata; profiling still corrects the estimate (kernel efficiency is not
+  exactly linear in tokens) when the load has moved past the threshold.
+* **headroom from the predicted change** (``hedge: true``): the prediction has an error, which
+  Capricorn measures every iteration (the relative difference between each layer's observed
+  and predicted peak load, its root mean square so far). A chunk that outgrows its gap
+  collides with the next all-to-all and delays every later chunk, while a gap longer than
+  planned only idles the link; so the slack of the iteration (predicted gap capacity beyond
+  the checkpoint's size) is taken from the expert gaps in proportion to that error
+  (:func:`~simhpc.policies.checkpoint.partition.hedge_gaps`) instead of being left after the
+  last chunk. With static loads the error is zero and the plan is the plain fill.
 """
 
 from __future__ import annotations
@@ -40,6 +58,9 @@ class CapricornOptions(Strict):
     placement: Literal["group", "ring"] = "group"
     fill: Number = Field(1.0, gt=0, le=1)
     """Fraction of each profiled gap the chunks may fill (headroom for latency, pipelining)."""
+    hedge: bool = True
+    """Take the iteration's slack from the expert gaps in proportion to the measured error of
+    the load prediction (else fill the gaps in order and leave the slack at the end)."""
 
 
 @register("checkpoint", "capricorn")
@@ -54,8 +75,13 @@ class Capricorn(CheckpointPolicy):
         self.durations: dict[int, float] = {}
         self._profiled_load = np.zeros(facts.layers)
         self._previous_load: np.ndarray | None = None
+        self._predicted: np.ndarray | None = None
+        self._square_error = np.zeros(facts.layers)
+        self._predictions = 0
         self._pending: set[int] = set(range(facts.layers))
         self._global = frozenset(p.index for p in facts.phases if p.layer is None)
+        self._expert = tuple(tuple(p.index for p in facts.phases if p.layer == layer and p.part == "expert")
+                             for layer in range(facts.layers))
         self._first = True
         self._profile: frozenset[int] = frozenset()
         self.profiled_phases = 0
@@ -70,15 +96,45 @@ class Capricorn(CheckpointPolicy):
             return CheckpointPlan(take=False, profile=profile, peers=self.peers, interval=self.interval)
         known = len(self.durations) == len(self.facts.phases)
         peers = len(self.peers[0]) if self.peers else 0
-        chunks = gap_plan(self.facts, self.durations, peers, self.options.fill) if known else self.eager_chunks()
+        if known:
+            spread = self.spread() if self.options.hedge else None
+            chunks = gap_plan(self.facts, self.estimate(), peers, self.options.fill, spread)
+        else:
+            chunks = self.eager_chunks()
         if self.facts.state_bytes <= 0:
             chunks = ()
         return CheckpointPlan(take=True, target="memory", chunks=chunks, profile=profile, peers=self.peers,
                               interval=self.interval)
 
+    def estimate(self) -> dict[int, float]:
+        """Predicted seconds per phase: the profile, expert phases scaled to the predicted load."""
+        estimate = dict(self.durations)
+        if self._predicted is None:
+            return estimate
+        for layer, phases in enumerate(self._expert):
+            profiled = self._profiled_load[layer]
+            if profiled <= 0:
+                continue
+            ratio = float(self._predicted[layer] / profiled)
+            for phase in phases:
+                if phase in estimate:
+                    estimate[phase] *= ratio
+        return estimate
+
+    def spread(self) -> dict[int, float]:
+        """Relative uncertainty of each expert phase: the RMS error of its layer's load prediction."""
+        if not self._predictions:
+            return {}
+        error = np.sqrt(self._square_error / self._predictions)
+        return {phase: float(error[layer]) for layer, phases in enumerate(self._expert) for phase in phases}
+
     def observe(self, observation: Observation) -> None:
         self.durations.update(observation.durations)
         peak = observation.gpu_loads.max(axis=1)
+        if self._predicted is not None:
+            reference = np.where(self._predicted > 0, self._predicted, 1.0)
+            self._square_error += (peak / reference - 1.0) ** 2
+            self._predictions += 1
         profiled_layers = {p.layer for p in self.facts.phases
                            if p.index in observation.durations and p.layer is not None}
         for layer in profiled_layers:
@@ -90,6 +146,7 @@ class Capricorn(CheckpointPolicy):
         else:
             predicted = peak
         self._previous_load = peak
+        self._predicted = predicted
         if not self.options.speculative:
             self._pending = set(range(self.facts.layers))
             return
