@@ -643,3 +643,10 @@ def test_recurrent_layer_is_its_products_and_gates(cal_path: Path) -> None:
     backward = CostModel(efficiency).duration(dataclasses.replace(lstm, backward=True), cpu, 1)
     assert 1.5 * forward < backward < 3 * forward  # twice the products
     assert efficiency.covers(lstm)
+    # cold cache: the input projection pays for its cold operands, the per-step products do not
+    cold = CalibratedEfficiency(cal, cache="cold")
+    step = lstm.step_gemm()
+    assert cold.host_time(step, 1) > efficiency.host_time(step, 1)
+    projection = lstm.sequence_gemms()[0]
+    extra = cold.host_time(lstm, 1) - efficiency.host_time(lstm, 1)
+    assert extra == pytest.approx(cold.host_time(projection, 1) - efficiency.host_time(projection, 1), rel=1e-6)

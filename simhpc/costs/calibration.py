@@ -23,8 +23,9 @@
   points (single calls after a cache flush) give its bytes: a framework op inside a training
   step finds its operands out of cache. A BLAS product then also pays its bytes on the cold ``add``
   curve less the same bytes on the warm one: the calibration's repeated calls found operands and
-  result in L2, a step's ops mostly do not
-  (+60 % for a 64 x 4096 x 10 product here, nothing once operands outgrow the caches).
+  result in cache, a step's ops mostly do not (+10 % for a 64 x 4096 x 10 product here, nothing
+  once operands outgrow the caches). A recurrent layer's per-step products run back to back
+  on the same weights and do not pay it.
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
   moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
@@ -369,8 +370,11 @@ class CalibratedEfficiency:
         return None
 
     def stream_time(self, kernel: Kernel, threads: int, framework: bool = True) -> float | None:
-        """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered);
-        ``framework`` as in :meth:`_stream_key`."""
+        """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered).
+
+        ``framework=False``: arithmetic inside a fused kernel (attention's exponentials, a recurrent
+        layer's gates): the C kernels' curves (see :meth:`_stream_key`), on data the fused kernel
+        holds in cache, so never the cold floor."""
         key = self._stream_key(kernel, framework)
         if key is None:
             return None
@@ -382,7 +386,7 @@ class CalibratedEfficiency:
         else:
             warm = self._curve_time(section, op, dtype, working, amount, threads)
         base = COLD_BASE.get(section)
-        if self.cache == "cold" and base is not None and base[0] in self._cold:
+        if framework and self.cache == "cold" and base is not None and base[0] in self._cold:
             cold = self._curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), threads)
             if warm is not None and cold is not None:
                 return max(warm, cold)
@@ -466,7 +470,7 @@ class CalibratedEfficiency:
         another), plus the gate nonlinearities of each step at the measured ``tanh`` rate of an
         array of one step's gates."""
         products = [self.host_time(gemm, threads) for gemm in kernel.sequence_gemms()]
-        step = self.host_time(kernel.step_gemm(), threads)
+        step = self._product_time(kernel.step_gemm(), threads)  # back to back: operands stay in cache
         if step is None or None in products:
             return None
         gates = Elementwise(dtype=kernel.dtype, n=kernel.gate_elements // kernel.steps, op="tanh", inputs=1, outputs=1)
@@ -481,12 +485,16 @@ class CalibratedEfficiency:
         if isinstance(kernel, Recurrent):
             return self.recurrent_time(kernel, threads)
         if isinstance(kernel, Gemm):
-            fraction = self.gemm_fraction(kernel, threads)
-            if fraction is None:
-                return None
-            seconds = kernel.flops() / (fraction * self.calibration.peak_flops(kernel.dtype, threads))
-            return seconds + self.cold_operands_s(kernel, threads)
+            seconds = self._product_time(kernel, threads)
+            return None if seconds is None else seconds + self.cold_operands_s(kernel, threads)
         return self.stream_time(kernel, threads)
+
+    def _product_time(self, kernel: Gemm, threads: int) -> float | None:
+        """A product's time at its interpolated fraction of peak: repeated calls, as measured."""
+        fraction = self.gemm_fraction(kernel, threads)
+        if fraction is None:
+            return None
+        return kernel.flops() / (fraction * self.calibration.peak_flops(kernel.dtype, threads))
 
     # -- EfficiencyModel ----------------------------------------------------------------------
 
