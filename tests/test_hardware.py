@@ -22,6 +22,23 @@ def test_peaks_follow_from_simd_unit():
     assert catalog.gpus["v100"].flops("fp64") == pytest.approx(7.8e12)
 
 
+def test_16_bit_floats_need_native_vector_arithmetic():
+    """fp16/bf16 run at twice the fp32 rate only where the vector unit multiplies them natively
+    (A64FX: fp16; Sapphire Rapids: both); an AVX2 CPU converts them and computes in fp32."""
+    cpus = builtin_catalog().cpus
+    assert cpus["a64fx"].peak_flops("fp16") == pytest.approx(2 * cpus["a64fx"].peak_flops("fp32"))
+    assert cpus["a64fx"].peak_flops("bf16") == pytest.approx(cpus["a64fx"].peak_flops("fp32"))
+    for dtype in ("fp16", "bf16"):
+        assert cpus["spr-8480"].peak_flops(dtype) == pytest.approx(2 * cpus["spr-8480"].peak_flops("fp32"))
+        assert cpus["epyc-7742"].peak_flops(dtype) == pytest.approx(cpus["epyc-7742"].peak_flops("fp32"))
+    assert cpus["epyc-7742"].simd.lanes("fp16") == 16  # storage width is unchanged
+    spec = {"sockets": 1, "cores_per_socket": 4, "clock": "2 GHz", "memory_bandwidth": "100 GB/s",
+            "memory_latency": "100 ns", "max_outstanding_misses": 10,
+            "simd": {"isa": "avx2", "width_bits": 256, "fma_units": 2, "half": ["fp8"]}}
+    with pytest.raises(CatalogError, match=r"hardware\.cpus\.c\.simd\.half"):
+        builtin_catalog().merged({"cpus": {"c": spec}}, "hardware")
+
+
 def test_catalog_errors_name_the_field():
     with pytest.raises(CatalogError, match=r"hardware\.gpus\.x\.memory_bandwidth"):
         builtin_catalog().merged({"gpus": {"x": {"peak_flops": {"fp32": "1 TFLOP/s"},

@@ -44,8 +44,14 @@ from simhpc import __version__
 from simhpc.costs.kernels import LAYOUTS
 from simhpc.errors import SimhpcError
 from simhpc.hardware.catalog import Catalog, CatalogError
-from simhpc.hardware.host import COMMITTED_CALIBRATION, HostFacts, HostFactsError, catalog_entries
-from simhpc.hardware.specs import DTYPE_BITS, CpuSpec, NodeSpec
+from simhpc.hardware.host import (
+    COMMITTED_CALIBRATION,
+    HostFacts,
+    HostFactsError,
+    catalog_entries,
+    native_half_types,
+)
+from simhpc.hardware.specs import DTYPE_BITS, HALF_TYPES, CpuSpec, NodeSpec
 
 SCHEMA = "simhpc-calibration"
 SCHEMA_VERSION = 2
@@ -100,8 +106,11 @@ class Calibration:
         return self.data["kernels"].get(section, [])
 
     def peak_flops(self, dtype: str, threads: int) -> float:
-        """The host's peak FLOP/s for ``dtype`` on ``threads`` cores (clock x lanes x FMA x 2)."""
+        """The host's peak FLOP/s for ``dtype`` on ``threads`` cores (clock x lanes x FMA x 2); a
+        16-bit float at the fp32 lanes unless the host's flags give it native arithmetic."""
         derived = self.derived
+        if dtype in HALF_TYPES and dtype not in native_half_types(self.host.isa_flags):
+            dtype = "fp32"
         lanes = max(1, int(derived["vector_bits"]) // DTYPE_BITS.get(dtype, 32))
         return threads * derived["clock_hz"] * lanes * derived["fma_units"] * 2
 

@@ -15,6 +15,7 @@ import yaml
 
 from simhpc.hardware.host import HostFactsError, host_catalog_entries
 from simhpc.hardware.specs import (
+    HALF_TYPES,
     CacheLevel,
     CpuSpec,
     GpuSpec,
@@ -112,9 +113,12 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
     allowed = ("sockets", "cores_per_socket", "clock", "simd", "caches", "memory_bandwidth",
                "memory_latency", "max_outstanding_misses", "memory_capacity", "source")
     f = _Fields(data, path, allowed)
-    s = _Fields(f.raw("simd"), f"{path}.simd", ("isa", "width_bits", "fma_units", "gather"))
+    s = _Fields(f.raw("simd"), f"{path}.simd", ("isa", "width_bits", "fma_units", "gather", "half"))
+    half = s.raw("half", [])
+    if not isinstance(half, list) or any(h not in HALF_TYPES for h in half):
+        raise CatalogError(f"{path}.simd.half", f"expected a list of {' / '.join(HALF_TYPES)}, got {half!r}")
     simd = SimdUnit(s.text("isa"), s.integer("width_bits", minimum=64), s.integer("fma_units"),
-                    s.flag("gather", True))
+                    s.flag("gather", True), tuple(sorted(set(half))))
     caches = f.raw("caches", [])
     if not isinstance(caches, list):
         raise CatalogError(f"{path}.caches", "expected a list of cache levels")

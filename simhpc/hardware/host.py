@@ -41,10 +41,21 @@ ISA_FLAGS = (
     "amx_bf16",
     "amx_int8",
     "asimd",
+    "asimdhp",
+    "bf16",
     "sve",
     "sve2",
 )
 """The CPU flags recorded (and compared) in a calibration: those that change kernel speed."""
+NATIVE_HALF_FLAGS = {"fp16": ("avx512_fp16", "asimdhp"), "bf16": ("avx512_bf16", "amx_bf16", "bf16")}
+"""CPU flags of vector arithmetic on 16-bit floats (x86: AVX512-FP16, AVX512-BF16 or AMX; Arm:
+FP16 SIMD, BF16): without them fp16/bf16 products are computed as fp32."""
+
+
+def native_half_types(flags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The 16-bit float types ``flags`` give native vector arithmetic, sorted."""
+    present = set(flags)
+    return tuple(sorted(t for t, names in NATIVE_HALF_FLAGS.items() if present.intersection(names)))
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
@@ -313,6 +324,7 @@ def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
             "width_bits": int(_derived_number(derived, "vector_bits", where)),
             "fma_units": int(_derived_number(derived, "fma_units", where)),
             "gather": isa in ("avx512", "avx2", "sve"),
+            "half": list(native_half_types(facts.isa_flags)),
         },
         "caches": caches,
         "memory_bandwidth": _derived_number(derived, "memory_bandwidth", where) / facts.sockets,

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 DTYPE_BITS = {"fp64": 64, "fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}
 """Storage width of each numeric type, in bits."""
+HALF_TYPES = ("fp16", "bf16")
+"""16-bit floats: a CPU computes them at twice the fp32 rate only with native vector arithmetic."""
 
 
 @dataclass(frozen=True)
@@ -21,20 +23,26 @@ class SimdUnit:
         width_bits: vector register width (SVE: the implementation's width).
         fma_units: fused multiply-add pipes per core.
         gather: whether the ISA has a hardware gather (AVX-512, SVE do; NEON does not).
+        half: the 16-bit float types it multiplies natively, twice the fp32 lanes per FMA (A64FX:
+            fp16; Sapphire Rapids' AVX-512 FP16 and BF16: both). Others are converted and
+            computed as fp32 (AVX2 has conversions, F16C, but no 16-bit arithmetic).
     """
 
     isa: str
     width_bits: int
     fma_units: int
     gather: bool = True
+    half: tuple[str, ...] = ()
 
     def lanes(self, dtype: str) -> int:
         """Elements of ``dtype`` per vector register."""
         return max(1, self.width_bits // DTYPE_BITS[dtype])
 
     def flops_per_cycle(self, dtype: str) -> int:
-        """Peak FLOP per cycle per core: lanes x FMA units x 2 (multiply + add)."""
-        return self.lanes(dtype) * self.fma_units * 2
+        """Peak FLOP per cycle per core: lanes x FMA units x 2 (multiply + add); a 16-bit float
+        without native arithmetic at the fp32 lanes."""
+        computed = "fp32" if dtype in HALF_TYPES and dtype not in self.half else dtype
+        return self.lanes(computed) * self.fma_units * 2
 
 
 @dataclass(frozen=True)
