@@ -405,6 +405,17 @@ def test_compare_needs_framework_ops(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--against" in result.output
 
 
+def test_compare_needs_recorded_shapes(tmp_path: Path) -> None:
+    """A torch.profiler export without ``record_shapes=True``: an error naming the cause, not a -100 % report."""
+    events = _events()
+    for event in events:
+        event.get("args", {}).pop("Input Dims", None)
+    path = tmp_path / "no_shapes.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "record_shapes=True" in result.output and "Traceback" not in result.output
+
+
 def test_json_is_deterministic(tmp_path: Path) -> None:
     args = ["compare", str(_capture("mlp_t1")), "--calibration", str(CALIBRATION), "--json"]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a")]).stdout

@@ -214,6 +214,11 @@ def command(
             f"{measured}: no framework ops found (a torch.profiler export with record_shapes=True "
             f"is expected); to align two timelines use --against"
         )
+    if not any(op.shapes for op in trace.ops if op.kind in FRAMEWORK_KINDS):
+        raise CompareError(
+            f"{measured}: its ops carry no input shapes (recorded without record_shapes=True), so "
+            f"none can be predicted; capture with torch.profiler.profile(record_shapes=True)"
+        )
     cal = load_calibration(calibration)
     try:
         suite_version = load_suite().SUITE_VERSION
