@@ -597,6 +597,39 @@ def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
     assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output
 
 
+def test_16_bit_products_use_their_own_points_at_the_fp32_peak() -> None:
+    """A host without AVX512-BF16/FP16 or AMX computes bf16 as fp32: the same peak. A bf16 product
+    is timed from the bf16 points of its layout, not from fp32's nor from ``nn`` stand-ins."""
+    data = synthetic()
+    cal = validate(data, "cal.json")
+    assert cal.peak_flops("bf16", 1) == pytest.approx(cal.peak_flops("fp32", 1))
+    assert cal.peak_flops("fp16", 1) == pytest.approx(cal.peak_flops("fp32", 1))
+    flagged = validate({**data, "host": {**data["host"], "isa_flags": [*data["host"]["isa_flags"], "avx512_bf16"]}},
+                       "cal.json")
+    assert flagged.peak_flops("bf16", 1) == pytest.approx(2 * cal.peak_flops("fp32", 1))
+    assert flagged.peak_flops("fp16", 1) == pytest.approx(cal.peak_flops("fp32", 1))
+    fraction = {"nn": 0.01, "nt": 0.05}
+    for t in (1, 4):
+        for layout, share in fraction.items():
+            for m in (64, 256):
+                for n in (64, 256):
+                    for k in (64, 256):
+                        flops = 2.0 * m * n * k
+                        data["kernels"]["gemm"].append(
+                            {"dtype": "bf16", "threads": t, "batch": 1, "m": m, "n": n, "k": k, "layout": layout,
+                             "time_s": flops / (share * cal.peak_flops("fp32", t))}
+                        )
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), gemm_method="linear")
+    for layout, share in fraction.items():
+        product = Gemm(dtype="bf16", m=128, n=128, k=128, layout=layout)
+        assert efficiency.gemm_fraction(product, 1) == pytest.approx(share, rel=1e-6)
+    tn = Gemm(dtype="bf16", m=128, n=128, k=128, layout="tn")  # not measured in bf16: its nn points
+    assert efficiency.gemm_fraction(tn, 4) == pytest.approx(fraction["nn"], rel=1e-6)
+    fp16 = Gemm(dtype="fp16", m=128, n=128, k=128)  # no points of its own: fp32's fractions
+    fp32 = Gemm(dtype="fp32", m=128, n=128, k=128)
+    assert efficiency.gemm_fraction(fp16, 1) == pytest.approx(efficiency.gemm_fraction(fp32, 1), rel=1e-9)
+
+
 def test_framework_ops_use_the_measurements_of_the_very_op(cal_path: Path) -> None:
     cal = load_calibration(cal_path)
     cpu, _ = host_specs(cal)

@@ -331,7 +331,11 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     "transformer_flash_t2": (-0.7, 6.4),
     "transformer_t1": (-7.0, 7.1),
     "transformer_t2": (-0.8, 6.5),
+    "mlp_bf16_t1": (18.8, 14.5),  # bf16 autocast: an extra model, its 16-bit points measured a session later
+    "mlp_bf16_t2": (9.2, 15.9),
 }
+ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
+"""The models the issue's target is stated for (``capture.py``'s default ones)."""
 _TINY = ("the classifier's three 0.15-0.25 ms products run about 20 % slower inside a training step than "
          "in the calibration's loop (forward, input and weight gradient alike, at 1 and 2 threads)")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
@@ -374,6 +378,7 @@ def test_committed_captures_against_the_committed_calibration(name: str, tmp_pat
     [
         pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MISSES[name])) if name in MISSES else name
         for name in sorted(MEASURED)
+        if name.rsplit("_t", 1)[0] in ISSUE_MODELS
     ],
 )
 def test_issue_target(name: str, tmp_path: Path) -> None:

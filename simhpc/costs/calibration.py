@@ -259,7 +259,8 @@ class CalibratedEfficiency:
             if row.get("blas", "numpy") == self.blas:
                 groups[(row["dtype"], row["threads"], row.get("layout", "nn"))].append(row)
         for (dtype, threads, layout), rows in sorted(groups.items()):
-            if layout != "nn":  # measured narrow; wide products differ little by layout: nn stands in
+            wide_own = any(min(r["m"], r["n"], r["k"]) >= WIDE for r in rows)
+            if layout != "nn" and not wide_own:  # measured narrow only: wide products differ little by layout
                 rows = rows + [r for r in groups.get((dtype, threads, "nn"), []) if min(r["m"], r["n"], r["k"]) >= WIDE]
             self._gemm[layout][(dtype, threads)] = _GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
@@ -330,12 +331,16 @@ class CalibratedEfficiency:
         A product with transposed operands uses the points of its ``layout`` when the calibration
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension). A
         convolution pass (``kernel.conv``) uses the calibration's convolution points of its
-        direction when there are any, else the GEMM points.
+        direction when there are any, else the GEMM points. The kernel's own dtype's points come
+        first (16-bit products on a CPU without 16-bit arithmetic run 10-50x below fp32 here),
+        in its layout if measured there, else ``nn``; a dtype never measured uses fp32's.
         """
-        surfaces = self._gemm.get(kernel.layout) or self._gemm.get("nn", {})
+        candidates = [self._gemm.get(kernel.layout, {}), self._gemm.get("nn", {})]
         if kernel.conv:
-            surfaces = self._conv.get(kernel.conv) or surfaces
-        dtype = kernel.dtype if any(key[0] == kernel.dtype for key in surfaces) else "fp32"
+            candidates.insert(0, self._conv.get(kernel.conv, {}))
+        own = [c for c in candidates if any(key[0] == kernel.dtype for key in c)]
+        surfaces = own[0] if own else next((c for c in candidates if c), {})
+        dtype = kernel.dtype if own else "fp32"
         counts = sorted(t for d, t in surfaces if d == dtype)
         blend = self._thread_blend(counts, threads)
         if not blend:

@@ -14,6 +14,11 @@ factor-4 steps left up to 60 % between grid points); extra squares; the DeepMD e
 shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``). Every point
 multiplies untransposed operands (``nn``) except the torch layout points: narrow products with a
 transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels differ up to 10x.
+
+**16-bit products** (torch only, one round): bf16 and fp16 on a coarse grid in the three layouts
+a training step uses. Without AVX512-BF16/FP16 or AMX, PyTorch multiplies them in fallback
+kernels: 1.3 GFLOP/s for a bf16 64 x 512 x 256 ``nn`` product here, 6-7.5 ``nt`` (a linear
+layer's forward), against 66 in fp32; a trace under ``torch.autocast`` is predicted from these.
 """
 
 from __future__ import annotations
@@ -56,6 +61,22 @@ the width (n = 10 took longer than 8, 12 or 16), so one width that is no multipl
 vector is measured besides the grid's 4 and 16."""
 WIDE = (64, 512, 4096)
 LAYOUT_MAX_MNK = 2**26
+HALF = ("bf16", "fp16")
+"""16-bit types measured through torch (their own points: converted, not computed at the fp32 rate)."""
+HALF_GRID = (16, 64, 256, 1024)
+HALF_MAX_MNK = 2**24
+"""The 16-bit grid's largest product (33 MFLOP: 25 ms at this host's 1.3 GFLOP/s)."""
+HALF_BUDGET = Budget(warmup=1, repeats=3, min_time_s=0.01, max_repeats=5, long_repeats=2)
+"""Fewer samples for the slow 16-bit products (15 s for all of them; keeps calibrate under 3 minutes)."""
+HALF_LAYOUTS = ("nn", "nt", "tn")
+
+
+def half_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the 16-bit points: the coarse grid in every layout a step uses."""
+    if quick:
+        return [(64, 64, 64, "nn")]
+    grid = [(m, n, k) for m, n, k in itertools.product(HALF_GRID, HALF_GRID, HALF_GRID) if m * n * k <= HALF_MAX_MNK]
+    return [(*shape, layout) for layout in HALF_LAYOUTS for shape in grid]
 
 
 def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
@@ -142,16 +163,24 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _torch_call(a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn") -> Callable[[], object]:
+def _torch_call(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn", dtype: str | None = None
+) -> Callable[[], object]:
     """``torch.mm``/``torch.bmm`` into an output from torch's allocator: into a numpy-allocated one,
     MKL took twice as long here for a 2048 x 1024 fp32 output (29 against 15 ms, 1 thread).
-    ``layout``: a ``t`` operand is the transposed view of a contiguous copy of its transpose."""
+    ``layout``: a ``t`` operand is the transposed view of a contiguous copy of its transpose.
+    ``dtype``: a 16-bit type the operands are converted to (``bf16``, ``fp16``)."""
     import torch
+
+    to = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype or "")
 
     def stored(x: np.ndarray, transposed: str) -> torch.Tensor:
         if transposed == "t":
-            return torch.from_numpy(np.ascontiguousarray(x.swapaxes(-1, -2))).transpose(-1, -2)
-        return torch.from_numpy(x).clone()
+            x = np.ascontiguousarray(x.swapaxes(-1, -2))
+        tensor = torch.from_numpy(x).clone()
+        if to is not None:
+            tensor = tensor.to(to)
+        return tensor.transpose(-1, -2) if transposed == "t" else tensor
 
     ta, tb = stored(a, layout[0]), stored(b, layout[1])
     tc = torch.empty(c.shape, dtype=ta.dtype)
@@ -183,12 +212,16 @@ def measure_gemm(
     ``layout`` (torch only): operands stored transposed, ``nn``, ``nt``, ``tn`` or ``tt``.
     """
     lead = (batch,) if batch > 1 else ()
-    a = _operand((*lead, m, k), dtype, 0)
-    b = _operand((*lead, k, n), dtype, 1)
-    c = np.empty((*lead, m, n), dtype=DTYPES[dtype])
+    half = dtype in HALF
+    if half and blas != "torch":
+        raise ValueError("16-bit products are measured through torch only")
+    stored = "fp32" if half else dtype  # 16-bit operands: converted from fp32 ones by torch
+    a = _operand((*lead, m, k), stored, 0)
+    b = _operand((*lead, k, n), stored, 1)
+    c = np.empty((*lead, m, n), dtype=DTYPES[stored])
     if blas == "torch":
         with torch_threads(threads):
-            result = measure_python(_torch_call(a, b, c, layout), budget)
+            result = measure_python(_torch_call(a, b, c, layout, dtype if half else None), budget)
     elif layout != "nn":
         raise ValueError("transposed layouts are measured through torch only")
     elif blas == "numpy":

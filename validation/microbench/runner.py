@@ -140,6 +140,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
             for m, n, k, layout in gemm.layout_shapes(quick):
                 call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget, "torch", layout)
                 tasks.append(Task("gemm", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
+            for dtype in gemm.HALF:
+                for m, n, k, layout in gemm.half_shapes(quick):
+                    half_budget = budget if quick else gemm.HALF_BUDGET
+                    call = partial(gemm.measure_gemm, 1, m, n, k, dtype, t, half_budget, "torch", layout)
+                    tasks.append(Task("gemm", f"gemm torch {dtype} {t}t 1x{m}x{n}x{k} {layout}", call))
     return tasks
 
 

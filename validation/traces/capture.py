@@ -11,8 +11,8 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
-``--models resnetish,lstm,mlp_ln,conv1d`` captures the extra models (``EXTRA_MODELS``), whose ops
-the cost model was not developed on.
+``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16`` captures the extra models (``EXTRA_MODELS``),
+whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast).
 
 The package never imports torch; only this script does. It re-executes itself with glibc's malloc
 told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
@@ -143,8 +143,28 @@ def conv1d() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]]
     return model, lambda: (x, y), nn.functional.mse_loss
 
 
+class _Autocast(nn.Module):
+    """Runs the wrapped module under ``torch.autocast("cpu", torch.bfloat16)``; fp32 output."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.inner(x).float()
+
+
+def mlp_bf16() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: 512 -> 1024 (GELU) -> 512 under bf16 autocast, batch 128: its products
+    and their gradients in bf16 (fallback kernels on a CPU without AVX512-BF16 or AMX)."""
+    model = _Autocast(nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)))
+    x, y = torch.randn(128, 512), torch.randn(128, 512)
+    return model, lambda: (x, y), nn.functional.mse_loss
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
-EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d}
+EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16}
 """Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 

@@ -1,0 +1,69 @@
+"""Add the points of some kernels to an existing calibration of this machine, measuring only those.
+
+    .venv/bin/python validation/calibration/extend.py validation/calibration/host.json \\
+        --only "gemm torch bf16" --only "gemm torch fp16"
+
+Runs the tasks of the current microbenchmark suite whose label starts with one of the ``--only``
+prefixes (``simhpc calibrate`` shows the labels in its progress bar), replaces the file's rows of
+the same points and adds the others; every other row, the probes and the creation date are kept,
+and the extension is recorded under ``microbench.extended``. For points a later suite added (the
+16-bit products): re-measuring the whole file would also replace the points the committed trace
+captures were predicted from, and this machine's speed drifts from one session to the next.
+Refuses a file measured on another machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration  # noqa: E402
+from simhpc.costs.calibration_merge import _identity  # noqa: E402
+from simhpc.hardware.host import detect_host  # noqa: E402
+from validation.microbench import runner  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("calibration", type=Path)
+    parser.add_argument("--only", action="append", required=True, help="task label prefix (repeatable)")
+    args = parser.parse_args()
+    calibration = load_calibration(args.calibration)
+    host = detect_host()
+    if calibration.host.fingerprint() != host.fingerprint():
+        sys.exit(f"error: {args.calibration}: measured on another machine; not extended")
+    tasks = [t for t in runner.plan(host.cores, host.last_level_cache)
+             if not t.again and any(t.label.startswith(prefix) for prefix in args.only)]
+    if not tasks:
+        sys.exit(f"error: no task label starts with {' or '.join(map(repr, args.only))}")
+    start = time.perf_counter()
+    measured = runner.run(tasks)["kernels"]
+    wall = time.perf_counter() - start
+    kernels = {section: list(rows) for section, rows in calibration.data["kernels"].items()}
+    for section, rows in measured.items():
+        kept = kernels.setdefault(section, [])
+        where = {_identity(row): i for i, row in enumerate(kept)}
+        for row in rows:
+            i = where.get(_identity(row))
+            if i is None:
+                kept.append(row)
+            else:
+                kept[i] = row
+    microbench = dict(calibration.data.get("microbench") or {})
+    created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    extension = {"created": created, "only": args.only, "points": len(tasks), "wall_time_s": round(wall, 1)}
+    microbench["extended"] = [*microbench.get("extended", []), extension]
+    data = build_calibration(calibration.host, kernels, calibration.data["probes"], microbench,
+                             calibration.data.get("created", created))
+    write_calibration(data, args.calibration)
+    print(f"added {len(tasks)} points to {args.calibration} in {wall:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
