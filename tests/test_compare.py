@@ -421,6 +421,19 @@ def test_compare_needs_recorded_shapes(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "record_shapes=True" in result.output and "Traceback" not in result.output
 
 
+def test_compare_refuses_a_gpu_run(tmp_path: Path) -> None:
+    """A torch.profiler export of a GPU run (device kernels beside the CPU ops): an error, not a CPU prediction."""
+    events = _events()
+    events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7, "ts": 30,
+                   "dur": 50, "args": {"device": 0, "stream": 7}})
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "ran on a GPU" in result.output and "Traceback" not in result.output
+    aligned = CliRunner().invoke(main, ["compare", str(path), "--against", str(path), "--json"])
+    assert aligned.exit_code == 0, aligned.output
+
+
 def test_json_is_deterministic(tmp_path: Path) -> None:
     args = ["compare", str(_capture("mlp_t1")), "--calibration", str(CALIBRATION), "--json"]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a")]).stdout

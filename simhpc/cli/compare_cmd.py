@@ -26,7 +26,7 @@ from simhpc.trace.compare import (
     plot_comparison,
     write_ops_csv,
 )
-from simhpc.trace.readers import Trace, read_trace
+from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
 from simhpc.units import format_time
 
 
@@ -213,6 +213,13 @@ def command(
         raise CompareError(
             f"{measured}: no framework ops found (a torch.profiler export with record_shapes=True "
             f"is expected); to align two timelines use --against"
+        )
+    on_device = [op for op in trace.ops if op.category in DEVICE_CATEGORIES]
+    if on_device:
+        raise CompareError(
+            f"{measured}: ran on a GPU ({len(on_device)} device kernels and copies, e.g. "
+            f"{on_device[0].name!r}); the calibration describes this host's CPU, and a GPU run's CPU ops "
+            f"only launch work; to align it with a simulated timeline use --against"
         )
     if not any(op.shapes for op in trace.ops if op.kind in FRAMEWORK_KINDS):
         raise CompareError(

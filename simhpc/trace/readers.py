@@ -36,6 +36,10 @@ class TraceError(SimhpcError):
     """A trace file is missing, unreadable, or not a Chrome trace."""
 
 
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+"""torch.profiler categories of work that ran on a GPU (its kernels, copies and fills)."""
+
+
 @dataclass(slots=True)
 class OpRecord:
     """One timed op or span of a trace. Times are seconds from the trace's origin."""
