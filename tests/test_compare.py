@@ -434,6 +434,22 @@ def test_compare_refuses_a_gpu_run(tmp_path: Path) -> None:
     assert aligned.exit_code == 0, aligned.output
 
 
+def test_compiled_graphs_are_listed_not_dropped(tmp_path: Path) -> None:
+    """A torch.compile graph call's self time is its fused kernels' work: listed as not modelled."""
+    events = _events()
+    events.append({"ph": "X", "cat": "user_annotation", "name": "## Call CompiledFxGraph fxabc ##", "pid": 1,
+                   "tid": 1, "ts": 880, "dur": 100})
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 900, "dur": 30,
+                   "args": {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}})
+    path = tmp_path / "compiled.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--json", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)["unmodelled"]["## Call CompiledFxGraph fxabc ##"]
+    assert listed["count"] == 1 and listed["measured_s"] == pytest.approx(70e-6)
+    assert "torch.compile" in listed["reason"]
+
+
 def test_json_is_deterministic(tmp_path: Path) -> None:
     args = ["compare", str(_capture("mlp_t1")), "--calibration", str(CALIBRATION), "--json"]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a")]).stdout

@@ -14,7 +14,9 @@ LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
 :class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
 the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
-traces) and ``unknown`` (ATen ops without a cost model: counted and listed by ``compare``).
+traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
+record: listed as not modelled) and ``unknown`` (ATen ops without a cost model: counted and listed
+by ``compare``).
 Integer tensors use the float type of the same width for their bytes (``long`` as fp64).
 """
 
@@ -151,10 +153,17 @@ def base_name(name: str) -> str:
     return short[:-1] if short.endswith("_") and not short.endswith("__") else short
 
 
+COMPILED_GRAPH = "## Call CompiledFxGraph"
+"""The annotation of a ``torch.compile`` (inductor) graph call: its self time is the work of fused
+kernels that the profiler does not record op by op."""
+
+
 def classify(name: str, category: str = "") -> str:
     """The kind of a trace event (see the module docstring)."""
     if name.startswith("ProfilerStep#"):
         return "step"
+    if name.startswith(COMPILED_GRAPH):
+        return "compiled"
     if not name.startswith("aten::"):
         return "group" if category in ("cpu_op", "user_annotation", "python_function") else "span"
     op = base_name(name)
