@@ -450,6 +450,23 @@ def test_compiled_graphs_are_listed_not_dropped(tmp_path: Path) -> None:
     assert "torch.compile" in listed["reason"]
 
 
+def test_collectives_of_a_distributed_run_are_listed_not_dropped(tmp_path: Path) -> None:
+    """torch.distributed's collectives (the launch on the main thread, the backend's span) are listed."""
+    events = _events()
+    events.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 880,
+                   "dur": 50, "args": {"Input Dims": [[[524800]], [], []]}})
+    events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": 940,
+                   "dur": 40})
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--json", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    unmodelled = json.loads(result.stdout)["unmodelled"]
+    for name, seconds in (("c10d::allreduce_", 50e-6), ("gloo:all_reduce", 40e-6)):
+        assert unmodelled[name]["measured_s"] == pytest.approx(seconds)
+        assert "collective communication" in unmodelled[name]["reason"]
+
+
 def test_json_is_deterministic(tmp_path: Path) -> None:
     args = ["compare", str(_capture("mlp_t1")), "--calibration", str(CALIBRATION), "--json"]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a")]).stdout

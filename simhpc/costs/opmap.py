@@ -15,8 +15,9 @@ LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
 the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
 traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
-record: listed as not modelled) and ``unknown`` (ATen ops without a cost model: counted and listed
-by ``compare``).
+record: listed as not modelled), ``comm`` (``torch.distributed`` collectives: listed as not
+modelled, their time is the network's and the other ranks') and ``unknown`` (ATen ops without a
+cost model: counted and listed by ``compare``).
 Integer tensors use the float type of the same width for their bytes (``long`` as fp64).
 """
 
@@ -158,12 +159,18 @@ COMPILED_GRAPH = "## Call CompiledFxGraph"
 kernels that the profiler does not record op by op."""
 
 
+COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "mpi:", "ucc:")
+"""Collective-communication ops of ``torch.distributed`` (the launch and the backends' own spans)."""
+
+
 def classify(name: str, category: str = "") -> str:
     """The kind of a trace event (see the module docstring)."""
     if name.startswith("ProfilerStep#"):
         return "step"
     if name.startswith(COMPILED_GRAPH):
         return "compiled"
+    if name.startswith(COMM_PREFIXES) or name == "record_param_comms":
+        return "comm"
     if not name.startswith("aten::"):
         return "group" if category in ("cpu_op", "user_annotation", "python_function") else "span"
     op = base_name(name)

@@ -27,8 +27,14 @@ from simhpc.costs.opmap import COMPOSITE, base_name, kernel_for
 from simhpc.trace.readers import OpRecord, Trace
 
 FRAMEWORK_KINDS = (
-    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "view", "unknown", "compiled",
+    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "view", "unknown", "compiled", "comm",
 )
+UNPREDICTED_KINDS = {
+    "compiled": "torch.compile graph: its fused kernels are not recorded op by op (its self time is their work)",
+    "comm": "collective communication: its time is the network's and the other ranks' "
+            "(simulate it with a collective or training scenario)",
+}
+"""Kinds listed as not modelled whatever their shapes, and why."""
 """Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 WRAPPER_SELF_SHARE = 0.5
 """An op without a cost model (and not a known composite) whose children are modelled passes as a
@@ -140,9 +146,8 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
     for op in trace.ops:
         if op.kind not in FRAMEWORK_KINDS or (trace.steps and op.step is None):
             continue
-        if op.kind == "compiled":
-            reason = "torch.compile graph: its fused kernels are not recorded op by op (its self time is their work)"
-            predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, reason))
+        if op.kind in UNPREDICTED_KINDS:
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, UNPREDICTED_KINDS[op.kind]))
             continue
         strides = op.args.get("Input Strides")
         result = kernel_for(
