@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from simhpc.cli.main import main
 from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Recurrent, Reduction
 from simhpc.costs.model import ConstantEfficiency, CostModel
-from simhpc.costs.opmap import base_name, classify, kernel_for
+from simhpc.costs.opmap import kernel_for
+from simhpc.costs.opnames import base_name, classify
 from simhpc.hardware import builtin_catalog
 from simhpc.trace.compare import compare_trace, compare_traces
 from simhpc.trace.readers import parse_trace

@@ -11,8 +11,9 @@
   workload with the library it multiplies with), interpolated over
   (log2 m, log2 n, log2 k, log2 batch) with a thin-plate-spline ``RBFInterpolator`` (smoothing
   0.3; or ``gemm_method="linear"``: ``LinearNDInterpolator``, nearest measured point outside the
-  hull), clamped to the measured range. Dtypes without points use the fp32 curve as a fraction of
-  their own peak.
+  hull; :mod:`simhpc.costs.interpolation`), clamped to the measured range. A dtype with points
+  of its own (the torch bf16/fp16 products) uses them; dtypes without points use the fp32 curve as
+  a fraction of their own peak.
 - **Memory-bound kernels** (elementwise, reduction, copy, layout-changing copy, stencil, hash probe): the measured time
   interpolated over the working set (log-log PCHIP, clamped to the measured range), expressed as a
   fraction of the bandwidth the roofline gives the same number of cores. A streaming kernel smaller
@@ -55,13 +56,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
-from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, PchipInterpolator, RBFInterpolator
-
 from simhpc.costs.calibration_file import Calibration
+from simhpc.costs.interpolation import Curve, GemmSurface, Surfaces, curve_1d
 from simhpc.costs.kernels import (
     Attention,
     Copy,
@@ -131,74 +129,6 @@ ATTENTION_BLOCK = 16 << 10
 scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
-Curve = Callable[[float], float]
-
-
-def _curve_1d(xs: Iterable[float], ys: Iterable[float]) -> Curve:
-    """log-log PCHIP through (x, y), clamped to the measured x range; medians of repeated x."""
-    grouped: dict[float, list[float]] = defaultdict(list)
-    for x, y in zip(xs, ys, strict=True):
-        grouped[float(x)].append(float(y))
-    points = sorted((x, float(np.median(v))) for x, v in grouped.items())
-    lx = np.log([p[0] for p in points])
-    ly = np.log([p[1] for p in points])
-    if len(points) == 1:
-        return lambda x: float(np.exp(ly[0]))
-    spline = PchipInterpolator(lx, ly, extrapolate=False)
-    low, high = lx[0], lx[-1]
-    return lambda x: float(np.exp(spline(min(max(math.log(x), low), high))))
-
-
-class _GemmSurface:
-    """Fraction of peak over (log2 m, log2 n, log2 k, log2 batch) for one dtype and thread count.
-
-    ``method`` ``"linear"``: piecewise-linear on the Delaunay triangulation of the measured points
-    (exact at them), nearest measured point outside their hull. ``"rbf"``: a thin-plate-spline
-    radial basis function with ``smoothing`` (it averages noisy neighbours and extrapolates
-    smoothly). Either way the result is clamped to the measured fractions' range.
-    """
-
-    def __init__(self, rows: list[dict[str, Any]], peak: float, method: str, smoothing: float) -> None:
-        points = np.array([self.features(r["m"], r["n"], r["k"], r["batch"]) for r in rows])
-        flops = np.array([2.0 * r["batch"] * r["m"] * r["n"] * r["k"] for r in rows])
-        values = np.log(flops / (np.array([r["time_s"] for r in rows]) * peak))
-        self.low, self.high = float(values.min()), float(values.max())
-        # Dimensions that never vary (no batched points) would make the problem degenerate.
-        self.varying = [i for i in range(points.shape[1]) if np.ptp(points[:, i]) > 0]
-        used = points[:, self.varying]
-        enough = len(rows) > len(self.varying) + 2
-        self.nearest = NearestNDInterpolator(used, values)
-        self.linear = LinearNDInterpolator(used, values) if enough and method == "linear" else None
-        self.rbf = (
-            RBFInterpolator(used, values, kernel="thin_plate_spline", smoothing=smoothing, degree=1)
-            if enough and method == "rbf"
-            else None
-        )
-        self._cache: dict[tuple[int, int, int, int], float] = {}
-
-    @staticmethod
-    def features(m: int, n: int, k: int, batch: int) -> tuple[float, float, float, float]:
-        return (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)), math.log2(max(batch, 1)))
-
-    def fraction(self, m: int, n: int, k: int, batch: int) -> float:
-        key = (m, n, k, batch)
-        if key not in self._cache:
-            point = np.array([self.features(m, n, k, batch)])[:, self.varying]
-            value = math.nan
-            if self.rbf is not None:
-                value = float(self.rbf(point)[0])
-            elif self.linear is not None:
-                value = float(self.linear(point)[0])
-            if math.isnan(value):
-                value = float(self.nearest(point)[0])
-            self._cache[key] = math.exp(min(max(value, self.low), self.high))
-        return self._cache[key]
-
-
-Surfaces = dict[tuple[str, int], _GemmSurface]
-"""GEMM surfaces by (dtype, thread count)."""
-
-
 class CalibratedEfficiency:
     """Efficiencies interpolated from a calibration (see the module docstring).
 
@@ -206,7 +136,7 @@ class CalibratedEfficiency:
         calibration: a validated calibration (:func:`~simhpc.costs.calibration_file.load_calibration`).
         fallback: the model for devices and kernels the calibration does not cover
             (default :class:`ConstantEfficiency`).
-        gemm_method: ``"rbf"`` or ``"linear"`` GEMM interpolation (see :class:`_GemmSurface`).
+        gemm_method: ``"rbf"`` or ``"linear"`` GEMM interpolation (see :class:`GemmSurface`).
         smoothing: the RBF's smoothing (0: through every measured point).
         blas: whose GEMM points to use, ``"numpy"`` or ``"torch"`` (default ``"numpy"``); a backend
             the calibration did not measure is a :class:`ValueError`.
@@ -262,14 +192,14 @@ class CalibratedEfficiency:
             wide_own = any(min(r["m"], r["n"], r["k"]) >= WIDE for r in rows)
             if layout != "nn" and not wide_own:  # measured narrow only: wide products differ little by layout
                 rows = rows + [r for r in groups.get((dtype, threads, "nn"), []) if min(r["m"], r["n"], r["k"]) >= WIDE]
-            self._gemm[layout][(dtype, threads)] = _GemmSurface(
+            self._gemm[layout][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         convs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
             convs[(row["direction"], row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
         for (direction, dtype, threads), rows in sorted(convs.items()):
-            self._conv[direction][(dtype, threads)] = _GemmSurface(
+            self._conv[direction][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -300,7 +230,7 @@ class CalibratedEfficiency:
                 (row["table_bytes"], row["time_s"] / row["lines_per_probe"])
             )
         for key, points in sorted(streams.items()):
-            self._curves[key] = _curve_1d([p[0] for p in points], [p[1] for p in points])
+            self._curves[key] = curve_1d([p[0] for p in points], [p[1] for p in points])
             self._smallest[key] = min(p[0] for p in points)
         self._runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}

@@ -23,7 +23,8 @@ from typing import Any
 
 from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
-from simhpc.costs.opmap import COMPOSITE, base_name, kernel_for
+from simhpc.costs.opmap import kernel_for
+from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.readers import OpRecord, Trace
 
 FRAMEWORK_KINDS = (

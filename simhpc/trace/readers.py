@@ -3,7 +3,7 @@
 :func:`read_trace` returns a :class:`Trace`: one :class:`OpRecord` per complete event (``X``, or
 a matched ``B``/``E`` pair), with its track, nesting (parent, depth, children), self time (its
 duration less its children's), shapes and dtypes (torch's ``Input Dims`` / ``Input type`` with
-``record_shapes=True``), the op kind (:func:`simhpc.costs.opmap.classify`) and the profiler step
+``record_shapes=True``), the op kind (:func:`simhpc.costs.opnames.classify`) and the profiler step
 it belongs to (``ProfilerStep#N`` spans). simhpc's own traces are Chrome JSON too.
 
 Nesting follows the Chrome convention: on one track, an event inside another's interval is its
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simhpc.costs.opmap import classify
+from simhpc.costs.opnames import classify
 from simhpc.errors import SimhpcError
 
 _US = 1e-6

@@ -14,8 +14,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from simhpc.costs.calibration import _GemmSurface
 from simhpc.costs.calibration_file import load_calibration
+from simhpc.costs.interpolation import GemmSurface
 
 METHODS = (("linear", 0.0), ("rbf", 0.0), ("rbf", 0.1), ("rbf", 0.3), ("rbf", 1.0))
 
@@ -36,7 +36,7 @@ def main() -> None:
         for method, smoothing in METHODS:
             errors = []
             for i, row in enumerate(rows):
-                surface = _GemmSurface(rows[:i] + rows[i + 1 :], peak, method, smoothing)
+                surface = GemmSurface(rows[:i] + rows[i + 1 :], peak, method, smoothing)
                 fraction = surface.fraction(row["m"], row["n"], row["k"], row["batch"])
                 predicted = 2.0 * row["batch"] * row["m"] * row["n"] * row["k"] / (fraction * peak)
                 errors.append(abs(predicted / row["time_s"] - 1))

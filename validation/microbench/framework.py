@@ -130,7 +130,8 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
     """The ATen call on fp32 tensors of ``nbytes`` each, and the bytes ``kernel_for`` counts for it."""
     import torch
 
-    from simhpc.costs.opmap import classify, kernel_for
+    from simhpc.costs.opmap import kernel_for
+    from simhpc.costs.opnames import classify
 
     n = nbytes // 4
     x = torch.randn(n // SOFTMAX_ROW, SOFTMAX_ROW) if op == "_softmax" else torch.randn(n)

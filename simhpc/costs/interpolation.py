@@ -1,0 +1,79 @@
+"""Interpolation of measured points: 1-D curves (log-log PCHIP) and GEMM efficiency surfaces
+(thin-plate RBF or piecewise-linear over log m, n, k, batch), clamped to what was measured."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, PchipInterpolator, RBFInterpolator
+
+Curve = Callable[[float], float]
+
+
+def curve_1d(xs: Iterable[float], ys: Iterable[float]) -> Curve:
+    """log-log PCHIP through (x, y), clamped to the measured x range; medians of repeated x."""
+    grouped: dict[float, list[float]] = defaultdict(list)
+    for x, y in zip(xs, ys, strict=True):
+        grouped[float(x)].append(float(y))
+    points = sorted((x, float(np.median(v))) for x, v in grouped.items())
+    lx = np.log([p[0] for p in points])
+    ly = np.log([p[1] for p in points])
+    if len(points) == 1:
+        return lambda x: float(np.exp(ly[0]))
+    spline = PchipInterpolator(lx, ly, extrapolate=False)
+    low, high = lx[0], lx[-1]
+    return lambda x: float(np.exp(spline(min(max(math.log(x), low), high))))
+
+
+class GemmSurface:
+    """Fraction of peak over (log2 m, log2 n, log2 k, log2 batch) for one dtype and thread count.
+
+    ``method`` ``"linear"``: piecewise-linear on the Delaunay triangulation of the measured points
+    (exact at them), nearest measured point outside their hull. ``"rbf"``: a thin-plate-spline
+    radial basis function with ``smoothing`` (it averages noisy neighbours and extrapolates
+    smoothly). Either way the result is clamped to the measured fractions' range.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], peak: float, method: str, smoothing: float) -> None:
+        points = np.array([self.features(r["m"], r["n"], r["k"], r["batch"]) for r in rows])
+        flops = np.array([2.0 * r["batch"] * r["m"] * r["n"] * r["k"] for r in rows])
+        values = np.log(flops / (np.array([r["time_s"] for r in rows]) * peak))
+        self.low, self.high = float(values.min()), float(values.max())
+        # Dimensions that never vary (no batched points) would make the problem degenerate.
+        self.varying = [i for i in range(points.shape[1]) if np.ptp(points[:, i]) > 0]
+        used = points[:, self.varying]
+        enough = len(rows) > len(self.varying) + 2
+        self.nearest = NearestNDInterpolator(used, values)
+        self.linear = LinearNDInterpolator(used, values) if enough and method == "linear" else None
+        self.rbf = (
+            RBFInterpolator(used, values, kernel="thin_plate_spline", smoothing=smoothing, degree=1)
+            if enough and method == "rbf"
+            else None
+        )
+        self._cache: dict[tuple[int, int, int, int], float] = {}
+
+    @staticmethod
+    def features(m: int, n: int, k: int, batch: int) -> tuple[float, float, float, float]:
+        return (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)), math.log2(max(batch, 1)))
+
+    def fraction(self, m: int, n: int, k: int, batch: int) -> float:
+        key = (m, n, k, batch)
+        if key not in self._cache:
+            point = np.array([self.features(m, n, k, batch)])[:, self.varying]
+            value = math.nan
+            if self.rbf is not None:
+                value = float(self.rbf(point)[0])
+            elif self.linear is not None:
+                value = float(self.linear(point)[0])
+            if math.isnan(value):
+                value = float(self.nearest(point)[0])
+            self._cache[key] = math.exp(min(max(value, self.low), self.high))
+        return self._cache[key]
+
+
+Surfaces = dict[tuple[str, int], GemmSurface]
+"""GEMM surfaces by (dtype, thread count)."""
