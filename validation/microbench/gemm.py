@@ -100,8 +100,9 @@ def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
 
 
 def dtypes(blas: str) -> tuple[str, ...]:
-    """Precisions measured through ``blas``: numpy both, torch fp32 (what traces are taken in; a
-    torch fp64 GEMM is then predicted from the fp32 fractions of peak)."""
+    """Precisions of the main grid through ``blas``: numpy both, torch fp32 (what traces are taken
+    in; a torch fp64 GEMM is then predicted from the fp32 fractions of peak). The torch 16-bit
+    points have a grid of their own (:func:`half_shapes`)."""
     return ("fp32",) if blas == "torch" else tuple(DTYPES)
 
 
