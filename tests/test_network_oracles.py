@@ -21,24 +21,16 @@ from hypothesis import strategies as st
 
 from simhpc.engine import Simulation
 from simhpc.network import Communicator, Network, Topology, fat_tree, single_switch
+from tests.test_collectives import timed
 
 LINKS = [(1e9, 0.0), (12.5e9, 5e-7), (3e11, 2.5e-5)]
 """(bandwidth bytes/s, link latency s) of the single switch's host links."""
 
 
 def collective_time(mode: str, topo: Topology, call) -> tuple[float, Network]:
-    sim = Simulation()
-    network = Network(sim, topo, mode, record_links=False)
-    comm = Communicator(network, topo.endpoints, record=False)
-    finished: list[float] = []
-
-    def run():
-        yield call(comm)
-        finished.append(sim.now)
-
-    sim.process(run())
-    sim.run()
-    return finished[0], network
+    """Duration of ``call(communicator)`` over all of ``topo``'s hosts, and the network."""
+    took, network, _ = timed(mode, len(topo.endpoints), call, topo, record_links=False)
+    return took, network
 
 
 def formulas(n: int, size: float, bandwidth: float, alpha: float) -> dict[str, tuple[object, float]]:

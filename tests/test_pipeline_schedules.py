@@ -24,6 +24,7 @@ from simhpc.policies.pipeline import (
     OneFOneB,
     PipelinePlan,
     PlanError,
+    PlanTiming,
     Prt,
     plan_timing,
 )
@@ -45,10 +46,11 @@ def gpipe_formula(p: int, m: int) -> float:
     return (p - 1) / (m + p - 1)
 
 
-def check_invariants(plan: PipelinePlan) -> None:
-    """Every op exactly once, on its stage's device, after its dependencies, one at a time."""
+def check_invariants(plan: PipelinePlan, timing: PlanTiming | None = None) -> None:
+    """Every op exactly once, on its stage's device, after its dependencies, one at a time
+    (under ``timing``; default: unit forwards, backwards twice as long)."""
     plan.validate()
-    timing = plan_timing(plan, unit(2.0))
+    timing = timing or plan_timing(plan, unit(2.0))
     for op, start in timing.start.items():
         for dep in plan.dependencies(op):
             assert timing.end[dep] <= start + 1e-12, (op, dep)
