@@ -56,25 +56,33 @@ def test_worker_catches_everything():
 
 
 def test_failing_run_is_recorded_others_complete_and_resume_skips(tmp_path):
-    path = write(tmp_path, {"grid": {"workload.ranks": [2, 4, 64]}, "seeds": [0, 1]})
+    path = write(tmp_path, {"grid": {"workload.ranks": [2, 3, 4]}, "seeds": [0, 1]})
     out = tmp_path / "out"
+    plan = load_plan(path)
+    # The two ranks=4 runs fail at run time: their output folders cannot be created.
+    (out / "runs").mkdir(parents=True)
+    blocked = [point.key for point in plan.points if point.params["workload.ranks"] == 4]
+    for key in blocked:
+        (out / "runs" / key).write_text("in the way")
     runner = CliRunner()
-    first = runner.invoke(main, ["sweep", str(path), "-o", str(out), "--workers", "2"])
+    first = runner.invoke(main, ["sweep", str(path), "-o", str(out), "--workers", "2", "--outputs"])
     assert first.exit_code == 1, first.output  # a run raised: recorded, the sweep went on
     stored = rows(out)
     assert [r[1] for r in stored].count("ok") == 4 and [r[1] for r in stored].count("error") == 2
-    assert all("64 ranks requested" in r[3] for r in stored if r[1] == "error")
+    assert sorted(r[0] for r in stored if r[1] == "error") == sorted(blocked)
+    assert all("FileExistsError" in r[3] for r in stored if r[1] == "error")
     assert "6 runs: 6 ran (2 error, 4 ok)" in first.output
 
-    plan = load_plan(path)
     report = run_sweep(plan, out, ExecutorConfig(workers=1), progress=False)
     assert (report.ran, report.skipped, len(report.failed)) == (0, 6, 2)
     assert rows(out) == stored  # nothing rerun or rewritten
 
-    with ResultStore(out) as store:  # pretend a code fix: retry-errors reruns only the errors
-        store._db.execute("UPDATE runs SET error = 'old' WHERE status = 'error'")
-    retried = run_sweep(plan, out, ExecutorConfig(workers=1), retry_errors=True, progress=False)
-    assert retried.ran == 2 and all("64 ranks" in r[3] for r in rows(out) if r[1] == "error")
+    for key in blocked:  # the fix: retry-errors reruns only the errors
+        (out / "runs" / key).unlink()
+    retried = run_sweep(plan, out, ExecutorConfig(workers=1), retry_errors=True, progress=False,
+                        run_outputs=True)
+    assert retried.ran == 2 and [r[1] for r in rows(out)] == ["ok"] * 6
+    assert all((out / "runs" / key / "summary.json").exists() for key in blocked)
 
     csv_lines = (out / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 7
@@ -83,7 +91,7 @@ def test_failing_run_is_recorded_others_complete_and_resume_skips(tmp_path):
     assert "param.workload.ranks" in header and "workload.mean_time_s" in header
     assert [line.split(",")[2] for line in csv_lines[1:]] == ["0", "1"] * 3  # sweep order
     saved = yaml.safe_load((out / "sweep.yaml").read_text())
-    assert saved["sweep"] == {"grid": {"workload.ranks": [2, 4, 64]}, "seeds": [0, 1]} and saved["runs"] == 6
+    assert saved["sweep"] == {"grid": {"workload.ranks": [2, 3, 4]}, "seeds": [0, 1]} and saved["runs"] == 6
 
 
 def test_second_writer_is_refused(tmp_path):
@@ -107,27 +115,59 @@ def test_flatten_keeps_scalars():
     assert flatten({"a": 1, "b": {"c": "x", "d": [1, 2], "e": None}}) == {"a": 1, "b.c": "x", "b.e": None}
 
 
-def test_sigkill_mid_sweep_then_resume_stores_every_run_once(tmp_path):
+def _sweep_until_stored(tmp_path: Path, runs: int) -> tuple[subprocess.Popen, list[str], Path, Path]:
+    """A 60-run sweep in a subprocess (its own session), returned once ``runs`` are stored."""
     sizes = [f"{n} MiB" for n in range(1, 16)]
     path = write(tmp_path, {"grid": {"workload.size": sizes}, "seeds": [0, 1, 2, 3]}, hosts=16, iterations=3)
-    total = 60
     out = tmp_path / "out"
     command = [sys.executable, "-m", "simhpc", "sweep", str(path), "-o", str(out), "--workers", "2", "-q"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
+    deadline = time.monotonic() + 60
+    stored = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        if (out / "results.sqlite").exists():
+            try:
+                with sqlite3.connect(out / "results.sqlite", timeout=5) as db:
+                    stored = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+            except sqlite3.OperationalError:
+                stored = 0
+        if stored >= runs:
+            break
+        time.sleep(0.02)
+    return process, command, path, out
+
+
+def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
+    process, _, _, out = _sweep_until_stored(tmp_path, 3)
     try:
-        deadline = time.monotonic() + 60
-        stored = 0
-        while time.monotonic() < deadline and process.poll() is None:
-            if (out / "results.sqlite").exists():
-                try:
-                    with sqlite3.connect(out / "results.sqlite", timeout=5) as db:
-                        stored = db.execute("SELECT count(*) FROM runs").fetchone()[0]
-                except sqlite3.OperationalError:
-                    stored = 0
-            if stored >= 3:
-                break
-            time.sleep(0.02)
+        assert process.poll() is None, process.communicate()
+        os.kill(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert b"interrupted; finished runs are stored" in stderr and b"Traceback" not in stderr
+    with sqlite3.connect(out / "results.sqlite") as db:
+        stored = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert (out / "results.csv").read_text().count("\n") == stored + 1  # exported on the way out
+    assert not list(out.glob("*.tmp"))
+
+
+def test_points_the_built_machine_rejects_stop_the_sweep_before_any_run(tmp_path):
+    path = write(tmp_path, {"grid": {"network.topology.hosts": [16, 1]}})
+    result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "workload.ranks: a collective needs at least 2 ranks" in result.output
+    assert "network.topology.hosts=1" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_sigkill_mid_sweep_then_resume_stores_every_run_once(tmp_path):
+    total = 60
+    process, command, path, out = _sweep_until_stored(tmp_path, 3)
+    try:
         assert process.poll() is None, process.communicate()
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)

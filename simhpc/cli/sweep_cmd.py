@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -59,15 +60,16 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
     config = ExecutorConfig(kind="dask" if executor == "dask" or scheduler else "local", workers=workers,
                             scheduler=scheduler)
     config.check()
-    plan = load_plan(scenario, overrides, grid, spec_file)
-    if dry_run:
-        _print_plan(plan)
-        return
     folder = outdir or Path("sweeps") / scenario.stem
-    log = (lambda message: None) if quiet else (lambda message: click.echo(f"sweep: {message}", err=True))
-    merged = plan.combinations - len(plan.points)
-    log(f"{len(plan.points)} runs in {scenario}" + (f" ({merged} duplicate points merged)" if merged else ""))
+    signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's or kill's TERM stops like Ctrl-C
     try:
+        plan = load_plan(scenario, overrides, grid, spec_file)
+        if dry_run:
+            _print_plan(plan)
+            return
+        log = (lambda message: None) if quiet else (lambda message: click.echo(f"sweep: {message}", err=True))
+        merged = plan.combinations - len(plan.points)
+        log(f"{len(plan.points)} runs in {scenario}" + (f" ({merged} duplicate points merged)" if merged else ""))
         report = run_sweep(plan, folder, config, retry_errors=retry_errors, run_outputs=run_outputs,
                            progress=not quiet, log=log)
     except KeyboardInterrupt:
@@ -77,6 +79,10 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
     _print_report(report)
     if report.failed:
         sys.exit(1)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_plan(plan: SweepPlan) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ import yaml
 
 from simhpc.sweep.errors import SweepError
 from simhpc.sweep.executors import ExecutorConfig, open_executor
-from simhpc.sweep.export import write_csv, write_parquet
+from simhpc.sweep.export import write_atomically, write_csv, write_parquet
 from simhpc.sweep.plan import SweepPlan, SweepPoint
 from simhpc.sweep.progress import SweepProgress
 from simhpc.sweep.store import ResultStore
@@ -50,11 +49,8 @@ class SweepReport:
 
 def write_spec(plan: SweepPlan, folder: Path) -> Path:
     """Save the resolved sweep spec as ``folder/sweep.yaml`` (atomically)."""
-    path = folder / SPEC_NAME
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(yaml.safe_dump(plan.describe(), sort_keys=False), encoding="utf-8")
-    os.replace(temporary, path)
-    return path
+    text = yaml.safe_dump(plan.describe(), sort_keys=False)
+    return write_atomically(folder / SPEC_NAME, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
 def export(store: ResultStore, folder: Path) -> list[Path]:

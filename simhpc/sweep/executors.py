@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from typing import Any, Literal
 
 from simhpc.sweep.errors import SweepError
@@ -106,6 +107,13 @@ class LocalExecutor(SweepExecutor):
         context = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":
             context.set_forkserver_preload(["simhpc.sweep.warm"])
+            # Started with SIGINT ignored, the server and the workers it forks never see Ctrl-C
+            # (which is the sweep's to handle), not even while they import.
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.signal(signal.SIGINT, handler)
         self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_local_worker,
                                          initargs=(os.getpid(),))
         return self
@@ -170,6 +178,9 @@ class DaskExecutor(SweepExecutor):
             except (OSError, TimeoutError, ValueError) as error:
                 raise SweepError(f"cannot connect to the Dask scheduler at {self.address}: {error}") from None
             return self
+        # Ctrl-C is the sweep's to handle: worker processes started while SIGINT is ignored keep
+        # ignoring it (else each prints its traceback and the sweep loses the runs in flight).
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             self._cluster = distributed.LocalCluster(
                 n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -178,6 +189,8 @@ class DaskExecutor(SweepExecutor):
         except (OSError, RuntimeError, TimeoutError) as error:
             self.__exit__(type(error))
             raise SweepError(f"cannot start a Dask LocalCluster: {error}") from None
+        finally:
+            signal.signal(signal.SIGINT, handler)
         return self
 
     def __exit__(self, kind: object, *rest: object) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +60,37 @@ def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]
     return columns, rows
 
 
-def write_csv(records: Iterable[RunRecord], path: str | Path) -> Path:
-    """Write the table as CSV (atomically: a temporary file renamed into place)."""
+def write_atomically(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """``write`` a temporary file beside ``path``, then rename it into place.
+
+    Readers see the old file or the new one, never a partial one; if ``write`` fails or is
+    interrupted, the temporary file is removed and the old file kept.
+    """
     path = Path(path)
-    columns, rows = table(records)
     temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({name: _cell(value) for name, value in row.items()})
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_csv(records: Iterable[RunRecord], path: str | Path) -> Path:
+    """Write the table as CSV (atomically)."""
+    columns, rows = table(records)
+
+    def write(temporary: Path) -> None:
+        with temporary.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({name: _cell(value) for name, value in row.items()})
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    return write_atomically(path, write)
 
 
 def parquet_available() -> bool:
@@ -96,8 +113,4 @@ def write_parquet(records: Iterable[RunRecord], path: str | Path) -> Path | None
             data[name] = [None if value is None else float(value) for value in values]
         elif len(kinds) > 1:
             data[name] = [None if value is None else str(value) for value in values]
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.table(data), temporary)
-    os.replace(temporary, path)
-    return path
+    return write_atomically(path, lambda temporary: pq.write_table(pa.table(data), temporary))

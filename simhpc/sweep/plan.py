@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from simhpc.errors import ScenarioError
+from simhpc.runner import build
 from simhpc.scenario.loader import read_yaml, scenario_from_dict, with_overrides
 from simhpc.scenario.overrides import OverrideError, apply_override
 from simhpc.sweep.keys import resolved_scenario, run_key
@@ -112,7 +113,7 @@ def _apply(base: dict[str, Any], params: dict[str, Any], sections: dict[str, str
 
 def _base_error(base: dict[str, Any], source: str) -> ScenarioError | None:
     try:
-        scenario_from_dict(base, source)
+        build(scenario_from_dict(base, source), source)
     except ScenarioError as error:
         return error
     return None
@@ -121,7 +122,9 @@ def _base_error(base: dict[str, Any], source: str) -> ScenarioError | None:
 def _validate(data: dict[str, Any], params: dict[str, Any], sections: dict[str, str],
               seed: int | None, source: str, spec_source: str, base: dict[str, Any]) -> Any:
     try:
-        return scenario_from_dict(data, source)
+        scenario = scenario_from_dict(data, source)
+        build(scenario, source)  # what only the built machine can check (ranks, stages, references)
+        return scenario
     except ScenarioError as error:
         field = error.path  # already the data's own path (no union tags)
         for path, value in params.items():
