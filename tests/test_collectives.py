@@ -235,3 +235,32 @@ def test_collectives_are_byte_identical_across_runs() -> None:
         return json.dumps([sim.now, network.stats(), spans, counters, network.link_bytes.tolist()])
 
     assert run() == run()
+
+
+@pytest.mark.parametrize("mode", ["analytic", "flow"])
+@pytest.mark.parametrize(("collective", "algorithm"), [
+    ("all_reduce", "ring"), ("all_reduce", "tree"), ("reduce_scatter", "ring"), ("all_gather", "ring"),
+    ("broadcast", "ring"), ("all_to_all", "ring"), ("send_recv", "ring"),
+])
+def test_collective_workload_summary_gives_the_alpha_beta_time_of_what_it_ran(
+        mode: str, collective: str, algorithm: str) -> None:
+    """On a non-blocking switch nothing contends: each collective takes its estimate exactly.
+
+    ``algorithm`` applies to all-reduce only; the summary names the algorithm that ran.
+    """
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import scenario_from_dict
+
+    scenario = scenario_from_dict({
+        "name": "estimate", "seed": 0,
+        "network": {"mode": mode, "topology": {"kind": "single_switch", "hosts": 6, "bandwidth": "80 Gb/s",
+                                               "latency": "1 us"}},
+        "workload": {"kind": "collective", "collective": collective, "algorithm": algorithm, "size": "24 MiB",
+                     "iterations": 2},
+        "outputs": {"trace": False, "timeline": False},
+    }, "estimate.yaml")
+    summary = simulate(scenario, "estimate.yaml").summary["workload"]
+    expected = {"all_reduce": algorithm, "broadcast": "binomial_tree", "all_to_all": "direct",
+                "send_recv": "point_to_point"}.get(collective, "ring")
+    assert summary["algorithm"] == expected
+    assert summary["mean_time_s"] == pytest.approx(summary["alpha_beta_estimate_s"], rel=1e-9)

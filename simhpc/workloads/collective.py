@@ -2,11 +2,13 @@
 
 The demo workload and the network's calibration check: its summary gives the time per
 iteration, the algorithm bandwidth S/t and the bus bandwidth (nccl-tests convention), beside
-the alpha-beta estimate of the same collective on the path between the first two ranks.
+the alpha-beta estimate of the same collective (its algorithm on uncontended links with the
+figures of the path between the first two ranks; not for the hierarchical all-reduce).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import Any, Literal
 
@@ -110,7 +112,7 @@ class CollectiveWorkload(Workload):
         result: dict[str, Any] = {
             "kind": "collective",
             "collective": self.config.collective,
-            "algorithm": self.config.algorithm,
+            "algorithm": self.algorithm,
             "ranks": n,
             "size_bytes": size,
             "iterations_done": len(done),
@@ -122,6 +124,42 @@ class CollectiveWorkload(Workload):
         if mean:
             result["algbw_Bps"] = size / mean
             result["busbw_Bps"] = size / mean * _BUS_FACTOR[self.config.collective](n)
-        if self.config.collective == "all_reduce" and self.config.algorithm == "ring":
-            result["alpha_beta_estimate_s"] = 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * alpha
+        estimate = alpha_beta_estimate(self.config.collective, self.algorithm, n, size, alpha, bandwidth)
+        if estimate is not None:
+            result["alpha_beta_estimate_s"] = estimate
         return result
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm the collective runs (``algorithm`` applies to all-reduce only)."""
+        if self.config.collective == "all_reduce":
+            return self.config.algorithm
+        return _FIXED_ALGORITHM[self.config.collective]
+
+
+_FIXED_ALGORITHM = {"reduce_scatter": "ring", "all_gather": "ring", "broadcast": "binomial_tree",
+                    "all_to_all": "direct", "send_recv": "point_to_point"}
+
+
+def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, alpha: float,
+                        bandwidth: float) -> float | None:
+    """Alpha-beta time of ``collective`` over ``n`` ranks on uncontended links of one path's figures.
+
+    ``size`` is the buffer ``S`` per rank (for all-to-all, the bytes each rank sends in all);
+    ``alpha``, ``bandwidth``: latency and bandwidth of the path between two ranks. None for the
+    hierarchical all-reduce, whose intra- and inter-node paths differ.
+    """
+    rounds = math.ceil(math.log2(n))
+    if collective == "all_reduce":
+        if algorithm == "ring":
+            return 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * alpha
+        if algorithm == "tree":  # binomial reduce, then binomial broadcast, whole buffer per message
+            return 2 * rounds * (alpha + size / bandwidth)
+        return None
+    if collective in ("reduce_scatter", "all_gather"):
+        return (n - 1) / n * size / bandwidth + (n - 1) * alpha
+    if collective == "broadcast":
+        return rounds * (alpha + size / bandwidth)
+    if collective == "all_to_all":  # every pair at once: each rank's end link carries (n-1)/n of S
+        return alpha + (n - 1) / n * size / bandwidth
+    return alpha + size / bandwidth
