@@ -135,7 +135,7 @@ def test_link_bytes_equal_bytes_sent_over_them(mode: str) -> None:
     assert stats["transfers"] == 40
     top = stats["busiest_links"][0]
     assert top["bytes"] == expected.max()
-    assert top["utilisation"] > 0
+    assert top["bandwidth_utilisation"] > 0
     if mode == "flow":  # analytic mode ignores contention: its utilisation may exceed 1
         assert network.link_utilisation().max() <= 1 + 1e-9
     assert network.link_utilisation(sim.now) == pytest.approx(expected / (topo.capacities * sim.now))

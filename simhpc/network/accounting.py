@@ -93,13 +93,18 @@ class LinkAccounting:
         return self.bytes / (self._capacity * makespan)
 
     def busiest(self, makespan: float, top: int) -> list[dict[str, Any]]:
-        """The ``top`` links by bytes carried (ties by link index), with their utilisation."""
+        """The ``top`` links by bandwidth utilisation over the run (then bytes, then link index).
+
+        ``bandwidth_utilisation`` is bytes / (capacity x makespan): a link that carried fewer bytes
+        at a lower capacity (an oversubscribed spine) can be the busier one. ``metrics.csv``'s
+        ``utilisation`` is another figure: the fraction of time a track was busy at all.
+        """
         carried = self.bytes
-        order = np.lexsort((np.arange(carried.size), -carried))[:top]
         use = self.utilisation(makespan)
+        order = np.lexsort((np.arange(carried.size), -carried, -use))[:top]
         links = self.topology.links
         return [
-            {"link": links[i].name, "bytes": float(carried[i]), "utilisation": float(use[i])}
+            {"link": links[i].name, "bytes": float(carried[i]), "bandwidth_utilisation": float(use[i])}
             for i in order.tolist()
             if carried[i] > 0
         ]
