@@ -34,9 +34,13 @@ def test_demo_writes_all_outputs_and_is_deterministic(tmp_path, scenarios_dir):
     assert summary["workload"]["iterations_done"] == 3
 
 
-@pytest.mark.parametrize("collective", ["all_reduce", "send_recv"])
-def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, collective):
-    run_cli(scenarios_dir / "allreduce_two_nodes.yaml", tmp_path, "--set", f"workload.collective={collective}")
+@pytest.mark.parametrize(("scenario", "override", "arrows"), [
+    ("allreduce_two_nodes.yaml", "workload.collective=all_reduce", False),
+    ("allreduce_two_nodes.yaml", "workload.collective=send_recv", True),
+    ("pipeline_bert_base.yaml", "workload.iterations=1", True),
+])
+def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, scenario, override, arrows):
+    run_cli(scenarios_dir / scenario, tmp_path, "--set", override)
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     named_processes = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     named_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -58,8 +62,12 @@ def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, collective):
     starts = {e["id"] for e in events if e["ph"] == "s"}
     finishes = {e["id"] for e in events if e["ph"] == "f"}
     assert starts == finishes
-    if collective == "send_recv":
+    if arrows:
         assert starts, "no flow arrow from send to receive"
+    for event in events:  # Perfetto draws an arrow only between slices enclosing its ends
+        if event["ph"] in ("s", "f"):
+            intervals = spans[(event["pid"], event["tid"])]
+            assert any(start <= event["ts"] < end for start, end in intervals), event
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.stem for s in SCENARIOS])

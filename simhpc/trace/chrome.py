@@ -3,16 +3,20 @@
 Layout: one process (pid) per node/device/network, one thread (tid) per stream, lane or link;
 ``M`` events name both; ``X`` events are busy spans (``ts``/``dur`` in microseconds); ``C``
 events carry counters (link utilisation, memory in use); ``i`` events mark instants; ``s``/``f``
-pairs draw flow arrows from a send to its receive.
+pairs draw flow arrows from a send to its receive. Perfetto draws an arrow only between slices
+that enclose its two ends, so each end is moved into a slice of its track: the send's into the
+slice it is in or the last one before it (the op that sent), the receive's into the slice it is
+in or ends with, else the first one after it (the op that consumes the data).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any
 
-from simhpc.engine.recorder import TraceRecorder
+from simhpc.engine.recorder import TraceRecorder, Track
 
 _US = 1e6
 
@@ -72,14 +76,47 @@ def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
         if instant.args:
             event["args"] = instant.args
         events.append(event)
+    slices: dict[int, _Slices] = {}
+
+    def anchor(track: Track, time: float, later: bool) -> float:
+        if track.index not in slices:
+            slices[track.index] = _Slices(track)
+        return slices[track.index].anchor(time, later)
+
     for number, arrow in enumerate(recorder.arrows, start=1):
         source = {"pid": pid_of(arrow.source.process), "tid": tid_of(arrow.source.process, arrow.source.thread)}
         target = {"pid": pid_of(arrow.target.process), "tid": tid_of(arrow.target.process, arrow.target.thread)}
         events.append({"ph": "s", "name": arrow.name, "cat": "flow", "id": number,
-                       "ts": _us(arrow.source_time), **source})
+                       "ts": anchor(arrow.source, arrow.source_time, later=False), **source})
         events.append({"ph": "f", "name": arrow.name, "cat": "flow", "id": number, "bp": "e",
-                       "ts": _us(arrow.target_time), **target})
+                       "ts": anchor(arrow.target, arrow.target_time, later=True), **target})
     return events
+
+
+class _Slices:
+    """A track's slices as written (microseconds), to place flow-arrow ends inside them."""
+
+    def __init__(self, track: Track) -> None:
+        spans = sorted((_us(span.start), _us(span.end)) for span in track.spans)
+        self.starts = [start for start, _ in spans]
+        self.spans = spans
+
+    def anchor(self, time: float, later: bool) -> float:
+        """``time`` (s) in microseconds, moved to the middle of a slice unless one encloses it.
+
+        A slice ending at ``time`` is taken first; else ``later`` takes the first slice after
+        ``time``, otherwise the last one before it. With no such slice, ``time`` itself.
+        """
+        ts = _us(time)
+        i = bisect.bisect_right(self.starts, ts) - 1  # the last slice starting at or before ts
+        if i >= 0 and ts < self.spans[i][1]:
+            return ts
+        ends_here = i >= 0 and ts - self.spans[i][1] <= 1e-6  # a send or receive span ending at ts
+        j = i + 1 if later and not ends_here else i
+        if not 0 <= j < len(self.spans):
+            return ts
+        start, end = self.spans[j]
+        return round((start + end) / 2, 6)
 
 
 def write_chrome_trace(recorder: TraceRecorder, path: str | Path, metadata: dict[str, Any] | None = None) -> None:
