@@ -79,3 +79,14 @@ def test_mtbf_failures_are_drawn_from_the_seed():
         "workload.checkpoint.policy": "capricorn", **changes}), "<again>")
     again = simulate(data).summary["workload"]
     assert again["failures"] == first["failures"]
+
+
+def test_training_is_abandoned_when_failures_outpace_checkpoints():
+    """An MTBF far below an iteration: every failure restores the same state, so the run stops
+    after ``give_up_after`` of them instead of rolling back forever."""
+    changes = {"workload.failures": {"mtbf": "0.05 s", "max_failures": 10000, "give_up_after": 4}}
+    failures = run("gemini", **changes)["workload"]["failures"]
+    assert failures["gave_up"] is True
+    assert failures["count"] < 100
+    versions = [event["version"] for event in failures["events"]]
+    assert versions[-5:] == [versions[-1]] * 5  # the last five restored the same state

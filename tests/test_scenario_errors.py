@@ -114,6 +114,10 @@ CASES = [
     ("duplicate-key", VALID + "seed: 3\n", [], "key 'seed' is given twice (first at line 2)"),
     ("deep-nesting", "a: " + "[" * 5000 + "]" * 5000 + "\n", [], "nested too deeply"),
     ("override-deep-nesting", VALID, ["--set", "workload.size=" + "[" * 5000], "workload.size: expected a size"),
+    ("gpu-without-dtype", (Path(__file__).parents[1] / "scenarios" / "pipeline_bert_base.yaml").read_text(),
+     ["--set", "workload.dtype=bf16"], "workload.dtype: GPU 'v100' of node 'v100-nvlink-node' has no peak for bf16"),
+    ("pipeline-iterations-cap", (Path(__file__).parents[1] / "scenarios" / "pipeline_bert_base.yaml").read_text(),
+     ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
     # no coercion across types, no inf/nan, numbers within range
     ("bool-for-number", edited(setter("network.topology", {
         "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": True})), [],

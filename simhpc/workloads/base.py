@@ -37,17 +37,24 @@ class RunContext:
     """The catalog node a ``gpu_cluster`` topology is built from (None for other topologies)."""
 
 
-def gpu_cluster_node(kind: str, catalog: Catalog, topology: Any) -> NodeSpec:
+def gpu_cluster_node(kind: str, catalog: Catalog, topology: Any, dtype: str | None = None,
+                     dtype_field: str = "dtype") -> NodeSpec:
     """The GPU node of a ``gpu_cluster`` topology config, for workloads that need one.
 
     Raises:
-        InvalidReference: the topology is not a GPU cluster, or its node has no GPUs.
+        InvalidReference: the topology is not a GPU cluster, its node has no GPUs, or its GPU
+            has no peak for ``dtype`` (the workload's compute dtype, when given; its field is
+            ``dtype_field``).
     """
     if getattr(topology, "kind", None) != "gpu_cluster":
         raise InvalidReference("kind", f"{kind} needs a gpu_cluster network topology")
     node = catalog.nodes.get(topology.node)
     if node is None or node.gpu is None or not node.gpus:
         raise InvalidReference("kind", f"node {topology.node!r} of the topology has no GPUs")
+    if dtype is not None and dtype not in node.gpu.peak_flops:
+        known = ", ".join(sorted(node.gpu.peak_flops)) or "none"
+        raise InvalidReference(dtype_field, f"GPU {node.gpu.name!r} of node {topology.node!r} has no peak for "
+                               f"{dtype} (it has: {known})")
     return node
 
 

@@ -5,7 +5,7 @@ Every quantity carries its unit in the scenario file; defaults name their source
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -88,7 +88,11 @@ class FailuresConfig(Strict):
     at: list[FailureSpec] = Field(default_factory=list)
     mtbf: Time | None = None
     """Mean time between failures of the whole cluster; failure times are exponential."""
-    max_failures: Count = 10
+    max_failures: Annotated[int, Field(ge=0, le=10000, strict=True)] = 10
+    """Failures injected at most (explicit and drawn together)."""
+    give_up_after: PositiveInt = 10
+    """Consecutive failures that each restore no newer state than the failure before, after
+    which training is abandoned (``failures.gave_up``): the MTBF is too short for the run."""
     restart_time: Time = 0.0
     """Detection plus replacing the node and restarting the processes, before state reload."""
 

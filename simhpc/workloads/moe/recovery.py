@@ -65,6 +65,11 @@ class FailureInjector:
         self.nodes = nodes
         self.gpus = gpus_per_node
         self.events: list[dict[str, Any]] = []
+        self.gave_up = False
+        """Training was abandoned: ``give_up_after`` failures in a row restored no newer state
+        than the failure before them."""
+        self._without_progress = 0
+        self._restored: int | None = None
         self._rng = sim.rng("moe.failures")
 
     def start(self) -> None:
@@ -96,6 +101,8 @@ class FailureInjector:
 
     def _run(self) -> Generator[Any, Any, None]:
         for time, node in self._schedule():
+            if self.gave_up:
+                return
             if node >= self.nodes:
                 raise ValueError(f"failure of node {node}: the cluster has {self.nodes} nodes")
             if self.trainer.finished.triggered:
@@ -140,6 +147,13 @@ class FailureInjector:
             "recovery_s": sim.now - now,
         })
         trainer.iteration = version
+        progressed = self._restored is None or version > self._restored  # a newer state survived
+        self._without_progress = 0 if progressed else self._without_progress + 1
+        self._restored = version
+        if self._without_progress >= self.config.give_up_after:
+            self.gave_up = True
+            sim.trace.instant(f"n{node}", "failure", "training abandoned: no progress between failures", sim.now)
+            return
         trainer.start()
 
     def _reload(self, source: str, failed: int) -> Generator[Any, Any, None]:
@@ -171,6 +185,7 @@ class FailureInjector:
         return {
             "count": len(self.events),
             "unrecoverable": sum(1 for e in self.events if not e["recoverable"]),
+            "gave_up": self.gave_up,
             "lost_work_s": lost,
             "recovery_s": recovery,
             "events": self.events,

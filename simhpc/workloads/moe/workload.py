@@ -70,7 +70,7 @@ class MoETrainingWorkload(Workload):
 
     @classmethod
     def check(cls, config: MoETrainingConfig, catalog: Catalog, topology: Any) -> None:
-        node = gpu_cluster_node("moe_training", catalog, topology)
+        node = gpu_cluster_node("moe_training", catalog, topology, config.model.dtype, "model.dtype")
         cls._check_layout(config, topology.nodes, node.gpus)
         policy, _ = _policy_options(config)
         storage = _storage_spec(config, catalog, node)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -49,7 +49,8 @@ class PipelineTrainingConfig(Strict):
     """Usable memory per GPU (default: the GPU's capacity)."""
     sync_replicas: bool = True
     """Bidirectional schedules: exchange the gradients of the two copies of each stage."""
-    iterations: PositiveInt = Field(1, le=1000)
+    iterations: Annotated[int, Field(gt=0, le=1000, strict=True)] = 1
+    """Iterations to simulate (at most 1000: each replays the whole op list)."""
 
 
 def bytes_per_param(dtype: str, optimizer: str) -> float:

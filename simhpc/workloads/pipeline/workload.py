@@ -72,7 +72,7 @@ class PipelineTrainingWorkload(Workload):
 
     @classmethod
     def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
-        node = gpu_cluster_node("pipeline_training", catalog, topology)
+        node = gpu_cluster_node("pipeline_training", catalog, topology, config.dtype)
         _check_shapes(config, node.gpus)
 
     def __init__(self, config: PipelineTrainingConfig, context: RunContext) -> None:
