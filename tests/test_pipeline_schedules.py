@@ -1,4 +1,4 @@
-"""Pipeline schedules (policies, no SimPy): the bubble formulas of papers/prt.md, exactly.
+"""Pipeline schedules (policies, no SimPy): the bubble formulas of validation/papers/prt.md, exactly.
 
 Convention: bubble fraction = 1 - busy / (devices x makespan), with every stage's forward
 taking 1 and backward ``b`` and no communication (the closed-form timing of

@@ -11,7 +11,7 @@ covers square, skinny and small products; for torch (fp32 only, the precision tr
 (4, then 16 .. 4096 in steps of 2x above 256, up to 2 GFLOP per call: framework layers are 512 or 2048 wide, and
 factor-4 steps left up to 60 % between grid points); extra squares; the DeepMD embedding-net
 (1 -> 25 -> 50 -> 100 per neighbour) and fitting-net (descriptor -> 240 -> 240 -> 240 -> 1)
-shapes of ``shared/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``). Every point
+shapes of ``validation/papers/deepmd_sve.md``; and batched products (attention-like ``bmm``). Every point
 multiplies untransposed operands (``nn``) except the torch layout points: narrow products with a
 transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels differ up to 10x.
 

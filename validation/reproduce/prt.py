@@ -33,7 +33,7 @@ MODELS = {
     "resnet-101": "pipeline_resnet101.yaml",
     "resnet-152": "pipeline_resnet152.yaml",
 }
-PAPER_GAIN_PERCENT = {  # PRT abstract: "up to" gains per model series (papers/prt.md)
+PAPER_GAIN_PERCENT = {  # PRT abstract: "up to" gains per model series (validation/papers/prt.md)
     "bert": {"uni": 54.78, "bi": 30.38},
     "resnet": {"uni": 76.59, "bi": 26.45},
 }
