@@ -308,6 +308,50 @@ def test_convolutions_use_their_own_points(cal_path: Path) -> None:
     assert bare.gemm_fraction(as_conv, 1) == pytest.approx(_gemm_eff(256, 64, 256), rel=1e-6)
 
 
+ONE_GRADIENT_FRACTION = {("forward", 1): 0.2, ("backward_input", 1): 0.05, ("backward_weight", 1): 0.2,
+                         ("forward", 2): 0.1, ("backward_input", 2): 0.04, ("backward_weight", 2): 0.1}
+"""Fractions of fp32 peak of suite-9 style convolution points, by pass and stride."""
+
+
+def test_convolution_gradients_and_strides_have_their_own_points(cal_path: Path) -> None:
+    data = synthetic()
+    data["kernels"]["conv"] = [
+        {"dtype": "fp32", "threads": t, "direction": direction, "stride": stride, "m": m, "n": n, "k": k,
+         "passes": 1, "time_s": 2.0 * m * n * k / (fraction * t * CLOCK * 16 * 4)}
+        for (direction, stride), fraction in ONE_GRADIENT_FRACTION.items()
+        for t in (1, 4) for m in (4096, 65536) for n in (32, 128) for k in (27, 288, 1152)
+    ]
+    efficiency = CalibratedEfficiency(tmp_calibration(cal_path.parent / "passes.json", data), gemm_method="linear")
+
+    def fraction(conv: str, stride: int = 1, batch: int = 1) -> float:
+        kernel = Gemm(dtype="fp32", m=16384, n=64, k=288, batch=batch, conv=conv, stride=stride)
+        value = efficiency.gemm_fraction(kernel, 1)
+        assert value is not None
+        return value
+
+    for (direction, stride), expected in ONE_GRADIENT_FRACTION.items():
+        assert fraction(direction, stride) == pytest.approx(expected, rel=1e-6)
+    # a backward computing both gradients takes the time of both passes: 1/f = (1/f_in + 1/f_w) / 2
+    assert fraction("backward", batch=2) == pytest.approx(2 / (1 / 0.05 + 1 / 0.2), rel=1e-6)
+    assert fraction("backward", stride=2, batch=2) == pytest.approx(2 / (1 / 0.04 + 1 / 0.1), rel=1e-6)
+    # a stride-3 convolution is strided; without strided points a strided one uses the others
+    assert fraction("forward", stride=3) == pytest.approx(0.1, rel=1e-6)
+    data["kernels"]["conv"] = [row for row in data["kernels"]["conv"] if row["stride"] == 1]
+    unstrided = CalibratedEfficiency(tmp_calibration(cal_path.parent / "s1.json", data), gemm_method="linear")
+    assert unstrided.gemm_fraction(Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward", stride=2), 1) == (
+        pytest.approx(0.2, rel=1e-6))
+
+
+def test_one_gradient_passes_fall_back_to_two_gradient_points(cal_path: Path) -> None:
+    """Calibrations of suite 8 and older measured the backward with both gradients only."""
+    efficiency = CalibratedEfficiency(load_calibration(cal_path), gemm_method="linear")
+    for conv in ("backward_input", "backward_weight"):
+        kernel = Gemm(dtype="fp32", m=16384, n=64, k=288, conv=conv)
+        assert efficiency.gemm_fraction(kernel, 1) == pytest.approx(CONV_FRACTION["backward"], rel=1e-6)
+    with pytest.raises(ValueError, match="convolution pass"):
+        Gemm(dtype="fp32", m=1, n=1, k=1, conv="sideways")
+
+
 def test_cold_cache_bounds_memory_bound_kernels(cal_path: Path) -> None:
     cal = load_calibration(cal_path)
     cpu, _ = host_specs(cal)

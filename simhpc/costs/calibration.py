@@ -4,8 +4,9 @@
 :class:`~simhpc.costs.calibration_file.Calibration`:
 
 - **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs, timed from the
-  calibration's own convolution points per direction when it has them; products with transposed
-  operands from the points of their layout when it has them): the measured
+  calibration's own convolution points of their pass and stride class when it has them, a
+  backward computing both gradients as its input-gradient pass then its weight-gradient pass;
+  products with transposed operands from the points of their layout when it has them): the measured
   fraction of the host's peak FLOP/s, per dtype and thread count, from the points of one BLAS
   (``blas``: ``numpy``, numpy's OpenBLAS, or ``torch``, PyTorch's MKL / oneDNN: predict a
   workload with the library it multiplies with), interpolated over
@@ -56,6 +57,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from simhpc.costs.calibration_file import Calibration
@@ -75,6 +77,9 @@ from simhpc.costs.kernels import (
 )
 from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
 from simhpc.hardware.specs import CpuSpec
+
+ONE_GRADIENT = ("backward_input", "backward_weight")
+"""Convolution backward passes computing one gradient, measured on their own."""
 
 TRANSCENDENTAL = {
     "tanh": ("tanh", "tanh_backward"),
@@ -174,8 +179,8 @@ class CalibratedEfficiency:
         self.smoothing = smoothing
         self._gemm: dict[str, Surfaces] = defaultdict(dict)
         """GEMM surfaces by operand layout."""
-        self._conv: dict[str, Surfaces] = defaultdict(dict)
-        """Convolution surfaces by direction."""
+        self._conv: dict[tuple[str, bool], Surfaces] = defaultdict(dict)
+        """Convolution surfaces by pass and whether the convolution is strided."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -195,11 +200,12 @@ class CalibratedEfficiency:
             self._gemm[layout][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
-        convs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        convs: dict[tuple[str, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
-            convs[(row["direction"], row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
-        for (direction, dtype, threads), rows in sorted(convs.items()):
-            self._conv[direction][(dtype, threads)] = GemmSurface(
+            strided = row.get("stride", 1) > 1
+            convs[(row["direction"], strided, row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
+        for (direction, strided, dtype, threads), rows in sorted(convs.items()):
+            self._conv[(direction, strided)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -260,14 +266,24 @@ class CalibratedEfficiency:
 
         A product with transposed operands uses the points of its ``layout`` when the calibration
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension). A
-        convolution pass (``kernel.conv``) uses the calibration's convolution points of its
-        direction when there are any, else the GEMM points. The kernel's own dtype's points come
-        first (16-bit products on a CPU without 16-bit arithmetic run 10-50x below fp32 here),
-        in its layout if measured there, else ``nn``; a dtype never measured uses fp32's.
+        convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
+        strided or not like the kernel (else the other stride class's), else the GEMM points; a
+        one-gradient pass without points of its own uses those of a two-gradient ``backward``
+        (older calibrations), and a two-gradient backward with one-gradient points takes the
+        time of both passes. The kernel's own dtype's points come first (16-bit products on a
+        CPU without 16-bit arithmetic run 10-50x below fp32 here), in its layout if measured
+        there, else ``nn``; a dtype never measured uses fp32's.
         """
+        if kernel.conv == "backward" and not self._measured("backward") and all(map(self._measured, ONE_GRADIENT)):
+            halves = [replace(kernel, conv=part, batch=max(1, kernel.batch // 2)) for part in ONE_GRADIENT]
+            parts = [self.gemm_fraction(half, threads) for half in halves]
+            if all(parts):  # the same work per pass: the time of both is 1/f_input + 1/f_weight
+                return 2.0 / sum(1.0 / f for f in parts)  # type: ignore[operator]
         candidates = [self._gemm.get(kernel.layout, {}), self._gemm.get("nn", {})]
         if kernel.conv:
-            candidates.insert(0, self._conv.get(kernel.conv, {}))
+            strided = kernel.stride > 1
+            passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)
+            candidates[:0] = [self._conv.get((p, s), {}) for p in passes for s in (strided, not strided)]
         own = [c for c in candidates if any(key[0] == kernel.dtype for key in c)]
         surfaces = own[0] if own else next((c for c in candidates if c), {})
         dtype = kernel.dtype if own else "fp32"
@@ -276,6 +292,10 @@ class CalibratedEfficiency:
         if not blend:
             return None
         return sum(w * surfaces[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
+
+    def _measured(self, conv_pass: str) -> bool:
+        """Whether the calibration has convolution points of ``conv_pass``."""
+        return any(self._conv.get((conv_pass, strided)) for strided in (False, True))
 
     def _stream_key(self, kernel: Kernel, framework: bool = True) -> tuple[str, str, str, float, float] | None:
         """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve.

@@ -44,15 +44,20 @@ class Kernel:
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 """GEMM operand layouts: ``t`` marks an operand stored transposed (A, then B)."""
+CONV_PASSES = ("", "forward", "backward", "backward_input", "backward_weight")
+"""A GEMM's ``conv``: a product (``""``) or the passes of a convolution it stands for."""
 
 
 @dataclass(frozen=True)
 class Gemm(Kernel):
     """C[m,n] = A[m,k] @ B[k,n] (+ C), ``batch`` independent products.
 
-    ``conv``: ``""`` for a BLAS product; ``"forward"`` or ``"backward"`` for a convolution pass
-    lowered to an implicit GEMM (``batch`` = groups x gradients computed), which a calibration may
-    time from its own convolution points.
+    ``conv``: ``""`` for a BLAS product; for a convolution lowered to an implicit GEMM (the
+    forward's ``m = N x H_out x W_out``, ``n = C_out``, ``k = C_in x k_h x k_w``), the passes it
+    runs: ``"forward"``, ``"backward"`` (both gradients, ``batch`` = 2 x groups),
+    ``"backward_input"`` or ``"backward_weight"`` (one gradient), which a calibration may time
+    from its own convolution points. ``stride``: the convolution's largest stride (1 for a
+    product).
 
     ``layout``: whether ``A`` and ``B`` are stored transposed (column-major), ``"nn"``, ``"nt"``,
     ``"tn"`` or ``"tt"``: a linear layer's forward multiplies by its transposed weight (``nt``), its
@@ -66,10 +71,13 @@ class Gemm(Kernel):
     batch: int = 1
     conv: str = ""
     layout: str = "nn"
+    stride: int = 1
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"GEMM layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.conv not in CONV_PASSES:
+            raise ValueError(f"convolution pass must be one of {', '.join(map(repr, CONV_PASSES))}, got {self.conv!r}")
 
     kind = "gemm"
 

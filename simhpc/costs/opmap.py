@@ -54,8 +54,24 @@ class OpKernel:
 NOTHING = OpKernel(None)
 
 
+MAX_DIM = 1 << 40
+"""Largest tensor dimension taken as real (a larger one is a corrupt trace, not a workload)."""
+
+
 def _is_shape(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
+
+
+def _bad_shape(shapes: list[Any]) -> Any:
+    """The first recorded shape whose dimensions are not integers in ``0..MAX_DIM``, or None."""
+    for shape in shapes:
+        nested = shape if isinstance(shape, list) and shape and all(isinstance(s, list) for s in shape) else [shape]
+        for candidate in nested:
+            if not isinstance(candidate, list) or not candidate:
+                continue
+            if any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIM for d in candidate):
+                return candidate
+    return None
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -149,7 +165,10 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
         groups_arg = concrete[9] if len(concrete) > 9 else "1"
         mask_text = concrete[10] if len(concrete) > 10 else ""
         mask = [m.strip() == "True" for m in mask_text.strip("[]").split(",")] if mask_text else [True, True]
-        passes = max(1, sum(mask[:2]))
+        grad_input, grad_weight = [*mask, True, True][:2]
+        if not (grad_input or grad_weight):
+            return OpKernel(None, "convolution_backward computing only the bias gradient")
+        direction = "backward" if grad_input and grad_weight else "backward_input" if grad_input else "backward_weight"
     else:
         if len(shapes) < 2:
             return OpKernel(None, f"{op} without input and weight shapes")
@@ -167,7 +186,7 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
             order = (3, 4, 5, 8)
         stride, padding, dilation = (_int_list(concrete[i] if len(concrete) > i else "", [1]) for i in order[:3])
         groups_arg = concrete[order[3]] if len(concrete) > order[3] else "1"
-        passes = 1
+        direction = "forward"
     spatial = len(x) - 2
     if spatial < 1 or len(w) != len(x):
         return OpKernel(None, f"{op} with unexpected input/weight ranks {len(x)}/{len(w)}")
@@ -184,8 +203,9 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     m = x[0] * math.prod(out)
     n = w[0] // groups
     k = w[1] * math.prod(w[2:])
-    direction = "backward" if op == "convolution_backward" else "forward"
-    return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction))
+    passes = 2 if direction == "backward" else 1
+    return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction,
+                         stride=max(stride)))
 
 
 def _recurrent(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
@@ -381,6 +401,9 @@ def kernel_for(
         return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
     if (has_children and op in COMPOSITE) or any(base_name(child) == op for child in child_names):
         return NOTHING
+    bad = _bad_shape(shapes)
+    if bad is not None:
+        return OpKernel(None, f"invalid input shape {bad} (dimensions must be integers from 0 to 2^40)")
     tensors = _tensors(shapes, dtypes)
     if not tensors:
         return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")

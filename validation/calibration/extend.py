@@ -7,9 +7,20 @@ Runs the tasks of the current microbenchmark suite whose label starts with one o
 prefixes (``simhpc calibrate`` shows the labels in its progress bar), replaces the file's rows of
 the same points and adds the others; every other row, the probes and the creation date are kept,
 and the extension is recorded under ``microbench.extended``. For points a later suite added (the
-16-bit products): re-measuring the whole file would also replace the points the committed trace
-captures were predicted from, and this machine's speed drifts from one session to the next.
-Refuses a file measured on another machine.
+16-bit products) or re-defined: re-measuring the whole file would also replace the points the
+committed trace captures were predicted from, and this machine's speed drifts from one session
+to the next. Refuses a file measured on another machine.
+
+``--replace`` first drops every row of the sections the tasks measure (a section whose points a
+later suite re-defined, such as suite 9's convolutions: one pass per gradient, more shapes).
+``--rounds N`` measures every point N times and keeps the fastest; ``--keep-fastest`` keeps a
+row of the file where it is faster than the new measurement (the min of several extensions, as
+``simhpc calibrate --merge`` does for whole files). ``--stamp-suite`` records the current suite
+version in the file: use it only when the re-measured kernels are all that changed between the
+file's suite and the current one.
+
+    .venv/bin/python validation/calibration/extend.py validation/calibration/host.json \\
+        --only conv --replace --stamp-suite --rounds 3
 """
 
 from __future__ import annotations
@@ -33,6 +44,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calibration", type=Path)
     parser.add_argument("--only", action="append", required=True, help="task label prefix (repeatable)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every point this many times, keep the fastest")
+    parser.add_argument("--replace", action="store_true", help="drop the measured sections' old rows first")
+    parser.add_argument("--keep-fastest", action="store_true",
+                        help="keep a file row when it is faster than the new measurement of its point")
+    parser.add_argument("--stamp-suite", action="store_true", help="record the current suite version in the file")
     args = parser.parse_args()
     calibration = load_calibration(args.calibration)
     host = detect_host()
@@ -43,9 +59,18 @@ def main() -> None:
     if not tasks:
         sys.exit(f"error: no task label starts with {' or '.join(map(repr, args.only))}")
     start = time.perf_counter()
-    measured = runner.run(tasks)["kernels"]
+    measured: dict[str, list[dict]] = {}
+    for _ in range(max(1, args.rounds)):  # this machine's speed drifts: the fastest of N rounds
+        for section, rows in runner.run(tasks)["kernels"].items():
+            fastest = {_identity(row): row for row in measured.get(section, [])}
+            for row in rows:
+                kept = fastest.get(_identity(row))
+                if kept is None or row["time_s"] < kept["time_s"]:
+                    fastest[_identity(row)] = row
+            measured[section] = list(fastest.values())
     wall = time.perf_counter() - start
-    kernels = {section: list(rows) for section, rows in calibration.data["kernels"].items()}
+    kernels = {section: list(rows) for section, rows in calibration.data["kernels"].items()
+               if not (args.replace and section in measured)}
     for section, rows in measured.items():
         kept = kernels.setdefault(section, [])
         where = {_identity(row): i for i, row in enumerate(kept)}
@@ -53,11 +78,17 @@ def main() -> None:
             i = where.get(_identity(row))
             if i is None:
                 kept.append(row)
-            else:
+            elif not (args.keep_fastest and kept[i]["time_s"] <= row["time_s"]):
                 kept[i] = row
     microbench = dict(calibration.data.get("microbench") or {})
     created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    extension = {"created": created, "only": args.only, "points": len(tasks), "wall_time_s": round(wall, 1)}
+    extension = {"created": created, "only": args.only, "points": len(tasks), "rounds": max(1, args.rounds),
+                 "wall_time_s": round(wall, 1)}
+    if args.replace:
+        extension["replaced"] = sorted(measured)
+    if args.stamp_suite and microbench.get("suite_version") != runner.SUITE_VERSION:
+        extension["suite_from"] = microbench.get("suite_version")
+        microbench["suite_version"] = runner.SUITE_VERSION
     microbench["extended"] = [*microbench.get("extended", []), extension]
     data = build_calibration(calibration.host, kernels, calibration.data["probes"], microbench,
                              calibration.data.get("created", created))

@@ -14,7 +14,7 @@ from typing import Any
 from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 8
+SUITE_VERSION = 9
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -62,7 +62,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     if conv.available():
         for t in threads:
             for shape in conv.shapes(quick):
-                for direction in ("forward", "backward"):
+                for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
     if framework.available():
