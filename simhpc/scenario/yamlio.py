@@ -1,12 +1,15 @@
 """The YAML reader of scenario files, ``--set`` values and sweep specs.
 
-PyYAML's safe loader, with two differences: a key given twice in one mapping is an error
-(plain YAML silently keeps the last one, hiding a typo'd duplicate), and a document nested so
-deeply that the parser would exhaust the Python stack is a :class:`yaml.YAMLError`.
+PyYAML's safe loader, with three differences: a key given twice in one mapping is an error
+(plain YAML silently keeps the last one, hiding a typo'd duplicate); a document nested so
+deeply that the parser would exhaust the Python stack is a :class:`yaml.YAMLError`; and only
+plain decimal integers are integers (YAML 1.1 also reads ``1:30`` as 90, ``010`` as 8, ``0x3``
+and ``1_000``: here they stay strings, which an integer field then rejects by name).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -45,6 +48,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
                                        key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _INT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
 
 
 def load_yaml(text: str) -> Any:

@@ -29,8 +29,8 @@ class PipelineTrainingConfig(Strict):
     """Micro-batches per iteration, ``m``."""
     seq_len: PositiveInt = 512
     """Tokens per sequence (BERT)."""
-    image_size: PositiveInt = 224
-    """Image side in pixels (ResNet)."""
+    image_size: Annotated[int, Field(ge=32, le=1 << 16, strict=True)] = 224
+    """Image side in pixels (ResNet; at least 32: five stride-2 stages)."""
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     schedule: ScheduleConfig
     devices: PositiveInt | None = None
