@@ -289,7 +289,10 @@ def plot_comparison(comparison: Comparison, path: Path) -> None:
     if gemm is not None:
         title += f", GEMM MAPE {gemm:.1f} %"
     axes.set_title(title, fontsize=10)
-    axes.legend(fontsize=8, loc="upper left")
+    if rows:
+        axes.legend(fontsize=8, loc="upper left")
+    else:
+        axes.text(0.5, 0.5, "no op with a kernel was modelled", ha="center", va="center", transform=axes.transAxes)
     axes.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120, metadata={"Software": None})
