@@ -66,7 +66,7 @@ def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulatio
     try:
         workload = lookup("workload", config.kind)(config, context)
     except InvalidReference as error:
-        raise ScenarioError(source, f"workload.{error.field}", str(error)) from None
+        raise ScenarioError(source, error.path, str(error)) from None
     return sim, workload
 
 

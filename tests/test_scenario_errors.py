@@ -19,6 +19,10 @@ network:
 workload: {kind: collective, collective: all_reduce, size: 1 MiB, iterations: 2}
 """
 
+SCENARIOS = Path(__file__).parents[1] / "scenarios"
+PCIE_SCENARIO = (SCENARIOS / "pipeline_pcie.yaml").read_text()
+BERT_SCENARIO = (SCENARIOS / "pipeline_bert_base.yaml").read_text()
+
 
 def edited(change) -> str:
     data = yaml.safe_load(VALID)
@@ -117,9 +121,16 @@ CASES = [
     ("yaml11-sexagesimal", VALID.replace("iterations: 2", "iterations: 1:30"), [],
      "workload.iterations: Input should be a valid integer, got '1:30'"),
     ("yaml11-octal", VALID.replace("iterations: 2", "iterations: 010"), [], "workload.iterations"),
-    ("gpu-without-dtype", (Path(__file__).parents[1] / "scenarios" / "pipeline_bert_base.yaml").read_text(),
+    ("node-without-gpu-link", PCIE_SCENARIO,
+     ["--set", "hardware.nodes.v100-pcie-8.gpu_link=null"],
+     "hardware.nodes.v100-pcie-8.gpu_link: node 'v100-pcie-8' has no GPU-GPU link"),
+    ("node-without-gpus", PCIE_SCENARIO, ["--set", "hardware.nodes.v100-pcie-8.gpu=null"],
+     "hardware.nodes.v100-pcie-8.gpu: node 'v100-pcie-8' has no GPUs"),
+    ("one-endpoint-topology", VALID, ["--set", "network.topology.hosts=1"],
+     "network.topology: the topology has 1 endpoint; a collective needs at least 2 ranks"),
+    ("gpu-without-dtype", BERT_SCENARIO,
      ["--set", "workload.dtype=bf16"], "workload.dtype: GPU 'v100' of node 'v100-nvlink-node' has no peak for bf16"),
-    ("pipeline-iterations-cap", (Path(__file__).parents[1] / "scenarios" / "pipeline_bert_base.yaml").read_text(),
+    ("pipeline-iterations-cap", BERT_SCENARIO,
      ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
     # no coercion across types, no inf/nan, numbers within range
     ("bool-for-number", edited(setter("network.topology", {

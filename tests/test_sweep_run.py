@@ -159,8 +159,8 @@ def test_points_the_built_machine_rejects_stop_the_sweep_before_any_run(tmp_path
     path = write(tmp_path, {"grid": {"network.topology.hosts": [16, 1]}})
     result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2
-    assert "workload.ranks: a collective needs at least 2 ranks" in result.output
-    assert "network.topology.hosts=1" in result.output
+    assert "sweep.grid.network.topology.hosts: the topology has 1 endpoint; a collective needs at least 2 ranks" in (
+        result.output)
     assert not (tmp_path / "out").exists()
 
 

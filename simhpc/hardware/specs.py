@@ -144,7 +144,8 @@ class NodeSpec:
     gpu: GpuSpec | None = None
     gpus: int = 0
     gpu_link: LinkSpec | None = None
-    """GPU-GPU link per GPU (NVLink/NVSwitch); None: GPUs talk through PCIe."""
+    """GPU-GPU link per GPU (NVLink/NVSwitch, or PCIe figures on a PCIe-only server); None: none
+    (a ``gpu_cluster`` topology needs one)."""
     pcie: LinkSpec | None = None
     """Host-device link per GPU."""
     nics: int = 1

@@ -87,9 +87,8 @@ def check_references(scenario: ScenarioBase, source: str) -> None:
     """Check names that refer to the catalog or registries (nodes, policies, ...)."""
     catalog = scenario_catalog(scenario, source)
     topology = scenario.network.topology if scenario.network else None
-    if isinstance(topology, GpuCluster) and topology.node not in catalog.nodes:
-        known = ", ".join(sorted(catalog.nodes))
-        raise ScenarioError(source, "network.topology.node", f"unknown node {topology.node!r} (known: {known})")
+    if isinstance(topology, GpuCluster):
+        _check_gpu_node(scenario, catalog, topology.node, source)
     workload = scenario.workload  # type: ignore[attr-defined]
     workload_class = lookup("workload", workload.kind)
     if workload_class.needs_network and scenario.network is None:
@@ -97,9 +96,28 @@ def check_references(scenario: ScenarioBase, source: str) -> None:
     try:
         workload_class.check(workload, catalog, topology)
     except InvalidReference as error:
-        raise ScenarioError(source, f"workload.{error.field}", str(error)) from None
+        raise ScenarioError(source, error.path, str(error)) from None
     except UnknownNameError as error:
         raise ScenarioError(source, "workload", str(error)) from None
+
+
+def _check_gpu_node(scenario: ScenarioBase, catalog: Catalog, name: str, source: str) -> None:
+    """A ``gpu_cluster``'s node must exist and have GPUs, a GPU-GPU link and PCIe.
+
+    A missing part is reported at the node's own field when the scenario defines the node
+    (``hardware.nodes.<name>``), else at ``network.topology.node``.
+    """
+    if name not in catalog.nodes:
+        known = ", ".join(sorted(catalog.nodes))
+        raise ScenarioError(source, "network.topology.node", f"unknown node {name!r} (known: {known})")
+    spec = catalog.nodes[name]
+    defined = name in ((scenario.hardware or {}).get("nodes") or {})
+    for part, missing in (("gpu", spec.gpu is None or not spec.gpus), ("gpu_link", spec.gpu_link is None),
+                          ("pcie", spec.pcie is None)):
+        if missing:
+            field = f"hardware.nodes.{name}.{part}" if defined else "network.topology.node"
+            what = {"gpu": "no GPUs", "gpu_link": "no GPU-GPU link (gpu_link)", "pcie": "no PCIe link (pcie)"}[part]
+            raise ScenarioError(source, field, f"node {name!r} has {what}; a gpu_cluster topology needs it")
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> ScenarioBase:

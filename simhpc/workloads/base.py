@@ -16,11 +16,13 @@ from simhpc.scenario.types import Strict
 class InvalidReference(ValueError):
     """A scenario field names something that does not exist (a catalog entry, a rank).
 
-    ``field`` is the dotted path below the workload section.
+    ``field`` is the dotted path below the workload section, or from the scenario's top with
+    ``absolute=True`` (the scenario's network is what is wrong); :attr:`path` is the full path.
     """
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, absolute: bool = False) -> None:
         self.field = field
+        self.path = field if absolute else f"workload.{field}"
         super().__init__(message)
 
 

@@ -69,6 +69,9 @@ class CollectiveWorkload(Workload):
             if repeated is not None:
                 raise InvalidReference("ranks", f"endpoint {repeated!r} is listed twice")
             ranks = list(config.ranks)
+        if len(endpoints) < 2:
+            raise InvalidReference("network.topology", f"the topology has {len(endpoints)} endpoint; "
+                                   "a collective needs at least 2 ranks", absolute=True)
         if len(ranks) < 2:
             raise InvalidReference("ranks", "a collective needs at least 2 ranks")
         if config.root >= len(ranks):

@@ -67,10 +67,10 @@ class CheckpointConfig(Strict):
     """GPU memory reserved per GPU for checkpoint chunks in flight."""
     storage: str | None = None
     """Catalog storage persistent checkpoints are written to (default: the node's own)."""
-    bytes_per_param: Size = 14.0
+    bytes_per_param: Annotated[Size, Field(le=1024)] = 14.0
     """Checkpointed bytes per parameter: bf16 weight (2) + fp32 master weight, Adam m and v
     (3 x 4), the mixed-precision Adam accounting of ZeRO (Rajbhandari et al., SC'20) less the
-    gradients. 0 makes every checkpoint empty."""
+    gradients. 0 makes every checkpoint empty; at most 1 KiB."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Policy-specific options, validated by the policy's ``Options`` model."""
 
