@@ -515,3 +515,14 @@ def test_corrupt_dimensions_are_not_modelled(dims) -> None:
     """A negative, fractional or absurd dimension is a corrupt trace: listed, never timed."""
     result = kernel_for("aten::mm", "gemm", [dims, [64, 64]], ["float", "float"], ["", ""], False)
     assert result.kernel is None and "invalid input shape" in result.reason
+
+
+@pytest.mark.parametrize(("op", "shapes"), [
+    ("aten::mm", [[64, 32], [16, 64]]),
+    ("aten::bmm", [[8, 64, 32], [8, 16, 64]]),
+    ("aten::linear", [[64, 32], [10, 16]]),
+    ("aten::matmul", [[64, 32], [16]]),
+])
+def test_products_whose_operands_do_not_contract_are_not_modelled(op, shapes) -> None:
+    result = kernel_for(op, "gemm", shapes, ["float"] * len(shapes), [""] * len(shapes), False)
+    assert result.kernel is None and "contracted dimension" in result.reason

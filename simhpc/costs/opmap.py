@@ -132,6 +132,8 @@ def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
     if op == "linear":
         if not a or len(b) != 2:
             return OpKernel(None, "linear with unexpected shapes")
+        if a[-1] != b[1]:
+            return _mismatch(op, a, b)
         return OpKernel(Gemm(dtype=dtype, m=_numel(a[:-1]), n=b[0], k=a[-1]))
     if op in ("mv", "addmv") and len(a) == 2:
         return OpKernel(Gemm(dtype=dtype, m=a[0], n=1, k=a[1]))
@@ -139,6 +141,8 @@ def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
         return OpKernel(Gemm(dtype=dtype, m=1, n=1, k=a[0]))
     if len(a) < 1 or len(b) < 1:
         return OpKernel(None, f"{op} with scalar operands")
+    if a[-1] != (b[0] if len(b) == 1 else b[-2]):  # the contracted dimension
+        return _mismatch(op, a, b)
     if len(b) == 1:  # matrix @ vector
         return OpKernel(Gemm(dtype=dtype, m=_numel(a[:-1]), n=1, k=a[-1]))
     if len(a) == 1:
@@ -151,6 +155,10 @@ def _gemm(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
     batch_b = [1] * (width - len(batch_b)) + list(batch_b)
     batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b))
     return OpKernel(Gemm(dtype=dtype, m=a[-2], n=b[-1], k=a[-1], batch=max(1, batch)))
+
+
+def _mismatch(op: str, a: list[int], b: list[int]) -> OpKernel:
+    return OpKernel(None, f"{op} operands {a} and {b} do not share their contracted dimension")
 
 
 def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
