@@ -138,3 +138,22 @@ def test_committed_captures_read(path: Path) -> None:
     for step in trace.steps:  # ops of a step lie inside it
         inside = [op for op in trace.ops if op.step == step.number and op.kind != "step"]
         assert inside and all(op.start >= step.start - 1e-9 for op in inside)
+
+
+def test_time_outside_any_op_is_the_steps_uncovered_time() -> None:
+    """Nested ops count once; an op on another thread covers its span too; the median over steps."""
+    from simhpc.trace.compare import outside_ops
+
+    events = [
+        _x("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        _x("aten::linear", 10, 30),
+        _x("aten::addmm", 12, 20),  # inside linear: already covered
+        _x("aten::relu", 60, 10),
+        _x("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        _x("aten::mm", 110, 50),
+        _x("aten::mm", 150, 30, tid=2),  # overlaps the first by 10 us
+        _x("ProfilerStep#3", 200, 100, cat="user_annotation"),
+    ]
+    trace = parse_trace({"traceEvents": events}, "mem")
+    # gaps: 100 - 40 = 60 us, 100 - 70 = 30 us, 100 us: median 60 us
+    assert outside_ops(trace) == pytest.approx(60e-6)

@@ -64,6 +64,13 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"step time: measured {format_time(comparison.measured_step_s)}, predicted "
         f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
     )
+    outside = comparison.outside_ops_s
+    if outside is not None and comparison.measured_step_s > 0:
+        console.print(
+            f"outside any op: {format_time(outside)} a step "
+            f"({100 * outside / comparison.measured_step_s:.1f} % of it: Python and framework time between "
+            "ops, measured but not predicted)"
+        )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")

@@ -75,6 +75,9 @@ class Comparison:
     """The median step: robust to one step disturbed by another process."""
     predicted_step_s: float
     predictions: list[OpPrediction]
+    outside_ops_s: float | None = None
+    """Median time per step inside no op (Python, the framework between ops): in the measured
+    step, never in the prediction. None without profiler steps."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -113,6 +116,7 @@ class Comparison:
             "measured_step_s": self.measured_step_s,
             "predicted_step_s": self.predicted_step_s,
             "total_error_pct": self.step_error_pct,
+            "outside_ops_s": self.outside_ops_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
@@ -197,7 +201,8 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         measured = max(op.end for op in roots) - min(op.start for op in roots)
     predicted = sum(p.predicted_s for p in predictions) / steps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
-    comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions)
+    comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
+                            outside_ops(trace))
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:
@@ -227,6 +232,34 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
             entry["measured_s"] += p.measured_s
     comparison.unmodelled = dict(sorted(comparison.unmodelled.items()))
     return comparison
+
+
+def outside_ops(trace: Trace) -> float | None:
+    """Median over profiler steps of the step time no top-level framework op covers."""
+    if not trace.steps:
+        return None
+    def outermost(op: OpRecord) -> bool:  # no framework op above it (steps and groups do not count)
+        parent = op.parent
+        while parent is not None:
+            if trace.ops[parent].kind in FRAMEWORK_KINDS:
+                return False
+            parent = trace.ops[parent].parent
+        return True
+
+    roots: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for op in trace.ops:
+        if op.step is not None and op.kind in FRAMEWORK_KINDS and outermost(op):
+            roots[op.step].append((op.start, op.end))
+    gaps = []
+    for step in trace.steps:
+        covered, reach = 0.0, step.start
+        for start, end in sorted(roots.get(step.number, [])):
+            start, end = max(start, reach), min(end, step.start + step.duration)
+            if end > start:
+                covered += end - start
+                reach = end
+        gaps.append(max(0.0, step.duration - covered))
+    return statistics.median(gaps)
 
 
 def write_ops_csv(comparison: Comparison, path: Path) -> None:
