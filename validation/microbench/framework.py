@@ -15,6 +15,12 @@
   (its ``gelu`` took twice as long here). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
   counts for the same traced op, so a trace's op is timed from the points of its own name.
 
+- **Batch normalisation** in training mode, ``native_batch_norm`` (batch statistics, then the
+  normalising pass) and ``native_batch_norm_backward`` (all three gradients), on ``[64, C, H, H]``
+  fp32 activations of 256 KiB, 2 MiB and 16 MiB: ATen's CPU kernels run them at a flat 3-5 GB/s
+  here, far below a streaming pass over the same bytes (a ResNet-like trace's batch-norm forward
+  took 6x the C-kernel estimate).
+
 ``bytes`` counts what the op reads and writes, int64 indices included, as
 :func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
 (:class:`simhpc.costs.kernels.FrameworkOp`). Skipped without torch.
@@ -23,6 +29,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from .gemm import torch_available, torch_threads
 from .timing import Budget, measure_python
@@ -45,6 +52,9 @@ POINTWISE = {  # op: its tensor arguments (x; or grad and x)
 POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
 """Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 SOFTMAX_ROW = 128
+NORMS = ("native_batch_norm", "native_batch_norm_backward")
+NORM_SHAPES = ((64, 16, 8, 8), (64, 32, 16, 16), (64, 64, 32, 32))
+"""Activations batch-normalised: 256 KiB, 2 MiB and 16 MiB (distinct sizes: one curve by bytes)."""
 QUICK_POOL_SIDES = (16,)
 QUICK_RANDOM_BYTES = (1 << 20,)
 
@@ -168,6 +178,50 @@ def measure_pointwise(op: str, nbytes: int, threads: int, budget: Budget) -> dic
         "op": op,
         "dtype": "fp32",
         "threads": threads,
+        "bytes": moved,
+        **result.row(),
+        "bytes_per_s": moved / result.median_s,
+    }
+
+
+def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], int]:
+    """A training-mode batch-norm call on ``shape`` and the bytes ``kernel_for`` counts for the traced op."""
+    import torch
+
+    from simhpc.costs.opmap import kernel_for
+    from simhpc.costs.opnames import classify
+
+    aten = torch.ops.aten
+    x = torch.randn(*shape)
+    channels = shape[1]
+    weight, bias, mean, var = torch.ones(channels), torch.zeros(channels), torch.zeros(channels), torch.ones(channels)
+    _, saved_mean, saved_invstd = aten.native_batch_norm(x, weight, bias, mean, var, True, 0.1, 1e-5)
+    grad = torch.randn_like(x)
+    per_channel = [channels]
+    if op == "native_batch_norm":
+        call = partial(aten.native_batch_norm, x, weight, bias, mean, var, True, 0.1, 1e-5)
+        shapes = [list(shape), *[per_channel] * 4, [], [], []]
+        types = ["float"] * 5 + ["Scalar"] * 3
+    else:
+        call = partial(aten.native_batch_norm_backward, grad, x, weight, mean, var, saved_mean, saved_invstd, True,
+                       1e-5, [True, True, True])
+        shapes = [list(shape), list(shape), *[per_channel] * 5, [], [], []]
+        types = ["float"] * 7 + ["Scalar", "Scalar", "GenericList"]
+    kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), shapes, types, [], False).kernel
+    return call, int(kernel.bytes())
+
+
+def measure_norm(op: str, shape: tuple[int, ...], threads: int, budget: Budget) -> dict:
+    """Time one training-mode batch-norm pass (one of ``NORMS``) on fp32 ``shape``; a record."""
+    call, moved = _norm_call(op, shape)
+    with torch_threads(threads):
+        result = measure_python(call, budget)
+    return {
+        "library": "torch",
+        "op": op,
+        "dtype": "fp32",
+        "threads": threads,
+        "input": list(shape),
         "bytes": moved,
         **result.row(),
         "bytes_per_s": moved / result.median_s,

@@ -14,7 +14,7 @@ from typing import Any
 from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 9
+SUITE_VERSION = 10
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -79,6 +79,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.POINTWISE_BYTES:
                     call = partial(framework.measure_pointwise, op, nbytes, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
+            for op in framework.NORMS:
+                for shape in framework.NORM_SHAPES[:1] if quick else framework.NORM_SHAPES:
+                    call = partial(framework.measure_norm, op, shape, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {'x'.join(map(str, shape))}", call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
     dtypes = ("fp32",) if quick else tuple(streams.DTYPES)
     typed_streams = (
