@@ -336,6 +336,17 @@ def test_convolution_gradients_and_strides_have_their_own_points(cal_path: Path)
     assert fraction("backward", stride=2, batch=2) == pytest.approx(2 / (1 / 0.04 + 1 / 0.1), rel=1e-6)
     # a stride-3 convolution is strided; without strided points a strided one uses the others
     assert fraction("forward", stride=3) == pytest.approx(0.1, rel=1e-6)
+    # depthwise (grouped) convolutions have points of their own; ungrouped ones never use them
+    data["kernels"]["conv"] += [
+        {"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "groups": 64, "m": m, "n": 1, "k": k,
+         "passes": 1, "time_s": 2.0 * m * k * 64 / (0.01 * t * CLOCK * 16 * 4)}
+        for t in (1, 4) for m in (4096, 65536) for k in (5, 9, 25)
+    ]
+    grouped = CalibratedEfficiency(tmp_calibration(cal_path.parent / "grouped.json", data), gemm_method="linear")
+    depthwise = Gemm(dtype="fp32", m=16384, n=1, k=9, batch=64, conv="forward", groups=64)
+    assert grouped.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
+    plain = Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward")
+    assert grouped.gemm_fraction(plain, 1) == pytest.approx(0.2, rel=1e-6)
     data["kernels"]["conv"] = [row for row in data["kernels"]["conv"] if row["stride"] == 1]
     unstrided = CalibratedEfficiency(tmp_calibration(cal_path.parent / "s1.json", data), gemm_method="linear")
     assert unstrided.gemm_fraction(Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward", stride=2), 1) == (

@@ -121,6 +121,9 @@ def test_convolution_as_implicit_gemm() -> None:
     assert forward == Gemm(dtype="fp32", m=64 * 16 * 16, n=64, k=32 * 9, conv="forward")
     strided = _kernel("aten::mkldnn_convolution", shapes, types, ["", "", "", "[0, 0]", "[2, 2]", "[1, 1]", "1"])
     assert strided.m == 64 * 7 * 7
+    depthwise = _kernel("aten::mkldnn_convolution", [[32, 64, 1, 512], [64, 1, 1, 5], [64], [], [], [], []], types,
+                        ["", "", "", "[0, 2]", "[1, 1]", "[1, 1]", "64"])
+    assert (depthwise.m, depthwise.n, depthwise.k, depthwise.batch, depthwise.groups) == (32 * 512, 1, 5, 64, 64)
     back_shapes = [[64, 64, 16, 16], [64, 32, 16, 16], [64, 32, 3, 3], [], [], [], [], [], [], [], []]
     back_types = ["float"] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
     concrete = ["", "", "", "[64]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]

@@ -4,7 +4,7 @@
 :class:`~simhpc.costs.calibration_file.Calibration`:
 
 - **GEMM** (and anything with a GEMM descriptor: convolutions as implicit GEMMs, timed from the
-  calibration's own convolution points of their pass and stride class when it has them, a
+  calibration's own convolution points of their pass, stride class and grouping when it has them, a
   backward computing both gradients as its input-gradient pass then its weight-gradient pass;
   products with transposed operands from the points of their layout when it has them): the measured
   fraction of the host's peak FLOP/s, per dtype and thread count, from the points of one BLAS
@@ -179,8 +179,8 @@ class CalibratedEfficiency:
         self.smoothing = smoothing
         self._gemm: dict[str, Surfaces] = defaultdict(dict)
         """GEMM surfaces by operand layout."""
-        self._conv: dict[tuple[str, bool], Surfaces] = defaultdict(dict)
-        """Convolution surfaces by pass and whether the convolution is strided."""
+        self._conv: dict[tuple[str, bool, bool], Surfaces] = defaultdict(dict)
+        """Convolution surfaces by pass, whether the convolution is strided and whether grouped."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -200,12 +200,13 @@ class CalibratedEfficiency:
             self._gemm[layout][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
-        convs: dict[tuple[str, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        convs: dict[tuple[str, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
-            strided = row.get("stride", 1) > 1
-            convs[(row["direction"], strided, row["dtype"], row["threads"])].append({**row, "batch": row["passes"]})
-        for (direction, strided, dtype, threads), rows in sorted(convs.items()):
-            self._conv[(direction, strided)][(dtype, threads)] = GemmSurface(
+            groups = row.get("groups", 1)
+            key = (row["direction"], row.get("stride", 1) > 1, groups > 1, row["dtype"], row["threads"])
+            convs[key].append({**row, "batch": row["passes"] * groups})
+        for (direction, strided, grouped, dtype, threads), rows in sorted(convs.items()):
+            self._conv[(direction, strided, grouped)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -267,7 +268,8 @@ class CalibratedEfficiency:
         A product with transposed operands uses the points of its ``layout`` when the calibration
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension). A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
-        strided or not like the kernel (else the other stride class's), else the GEMM points; a
+        grouped (depthwise) or not and strided or not like the kernel (else the nearest class's:
+        grouping first), else the GEMM points; a
         one-gradient pass without points of its own uses those of a two-gradient ``backward``
         (older calibrations), and a two-gradient backward with one-gradient points takes the
         time of both passes. The kernel's own dtype's points come first (16-bit products on a
@@ -281,9 +283,10 @@ class CalibratedEfficiency:
                 return 2.0 / sum(1.0 / f for f in parts)  # type: ignore[operator]
         candidates = [self._gemm.get(kernel.layout, {}), self._gemm.get("nn", {})]
         if kernel.conv:
-            strided = kernel.stride > 1
+            strided, grouped = kernel.stride > 1, kernel.groups > 1
             passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)
-            candidates[:0] = [self._conv.get((p, s), {}) for p in passes for s in (strided, not strided)]
+            candidates[:0] = [self._conv.get((p, s, g), {}) for g in (grouped, not grouped) for p in passes
+                              for s in (strided, not strided)]
         own = [c for c in candidates if any(key[0] == kernel.dtype for key in c)]
         surfaces = own[0] if own else next((c for c in candidates if c), {})
         dtype = kernel.dtype if own else "fp32"
@@ -295,7 +298,7 @@ class CalibratedEfficiency:
 
     def _measured(self, conv_pass: str) -> bool:
         """Whether the calibration has convolution points of ``conv_pass``."""
-        return any(self._conv.get((conv_pass, strided)) for strided in (False, True))
+        return any(surfaces for (name, _, _), surfaces in self._conv.items() if name == conv_pass)
 
     def _stream_key(self, kernel: Kernel, framework: bool = True) -> tuple[str, str, str, float, float] | None:
         """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve.

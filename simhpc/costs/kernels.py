@@ -57,7 +57,7 @@ class Gemm(Kernel):
     runs: ``"forward"``, ``"backward"`` (both gradients, ``batch`` = 2 x groups),
     ``"backward_input"`` or ``"backward_weight"`` (one gradient), which a calibration may time
     from its own convolution points. ``stride``: the convolution's largest stride (1 for a
-    product).
+    product). ``groups``: its groups (``batch`` = groups x passes; ``m``, ``n``, ``k`` per group).
 
     ``layout``: whether ``A`` and ``B`` are stored transposed (column-major), ``"nn"``, ``"nt"``,
     ``"tn"`` or ``"tt"``: a linear layer's forward multiplies by its transposed weight (``nt``), its
@@ -72,6 +72,7 @@ class Gemm(Kernel):
     conv: str = ""
     layout: str = "nn"
     stride: int = 1
+    groups: int = 1
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

@@ -23,8 +23,10 @@ model keeps the two apart.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from .gemm import torch_available, torch_threads
 from .timing import Budget, measure_python
@@ -34,6 +36,10 @@ GRID = {  # stride: (input channels, output channels, image sizes)
     2: ((32, 64, 128), (64, 128), (16, 32)),
 }
 PASSES = ("forward", "backward_input", "backward_weight")
+DEPTHWISE_2D = ((64, 32, 8), (64, 32, 32), (64, 128, 16))
+"""Depthwise 3x3 convolutions (MobileNet, ConvNeXt blocks): (batch, channels, image side)."""
+DEPTHWISE_1D = ((32, 64, 512), (32, 64, 2048))
+"""Depthwise width-5 1-D convolutions (sequence mixing): (batch, channels, length)."""
 MAX_MNK = 2**30
 QUICK_SHAPES = ((8, 3, 32, 16, 1),)
 _MASKS = {"backward_input": [True, False, False], "backward_weight": [False, True, False]}
@@ -54,21 +60,26 @@ def shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]]:
     return found
 
 
-def _passes(batch: int, cin: int, cout: int, size: int, stride: int) -> dict[str, Callable[[], object]]:
+def _passes(x: Any, w: Any, stride: int, padding: int, groups: int = 1) -> dict[str, Callable[[], object]]:
+    """The three passes of the convolution of ``x`` by ``w`` (1-D or 2-D, equal stride and padding)."""
+    import torch
+
+    dims = x.dim() - 2
+    conv = partial(torch.ops.aten.convolution, x, w, None, [stride] * dims, [padding] * dims, [1] * dims, False,
+                   [0] * dims, groups)
+    grad = torch.randn(conv().shape, generator=torch.Generator().manual_seed(4))
+    passes: dict[str, Callable[[], object]] = {"forward": conv}
+    for name, mask in _MASKS.items():
+        passes[name] = partial(torch.ops.aten.convolution_backward, grad, x, w, None, [stride] * dims,
+                               [padding] * dims, [1] * dims, False, [0] * dims, groups, mask)
+    return passes
+
+
+def _operands(shape: list[int], weight: list[int]) -> tuple[Any, Any]:
     import torch
 
     generator = torch.Generator().manual_seed(3)
-    x = torch.randn(batch, cin, size, size, generator=generator)
-    w = torch.randn(cout, cin, 3, 3, generator=generator)
-    y = torch.ops.aten.convolution(x, w, None, [stride] * 2, [1, 1], [1, 1], False, [0, 0], 1)
-    grad = torch.randn(y.shape, generator=generator)
-    passes: dict[str, Callable[[], object]] = {
-        "forward": lambda: torch.ops.aten.convolution(x, w, None, [stride] * 2, [1, 1], [1, 1], False, [0, 0], 1),
-    }
-    for name, mask in _MASKS.items():
-        passes[name] = partial(torch.ops.aten.convolution_backward, grad, x, w, None, [stride] * 2, [1, 1], [1, 1],
-                               False, [0, 0], 1, mask)
-    return passes
+    return torch.randn(*shape, generator=generator), torch.randn(*weight, generator=generator)
 
 
 def available() -> bool:
@@ -81,8 +92,9 @@ def measure_conv(
 ) -> dict:
     """Time one pass (one of ``PASSES``) of a 3x3 convolution; a record."""
     out = (size - 1) // stride + 1
+    x, w = _operands([batch, cin, size, size], [cout, cin, 3, 3])
     with torch_threads(threads):
-        result = measure_python(_passes(batch, cin, cout, size, stride)[direction], budget)
+        result = measure_python(_passes(x, w, stride, 1)[direction], budget)
     m, n, k = batch * out * out, cout, cin * 9
     return {
         "library": "torch",
@@ -97,4 +109,38 @@ def measure_conv(
         "stride": stride,
         **result.row(),
         "flops_per_s": 2.0 * m * n * k / result.median_s,
+    }
+
+
+def depthwise_shapes(quick: bool = False) -> list[tuple[int, int, int, int]]:
+    """(batch, channels, spatial size, spatial dims) of every measured depthwise convolution."""
+    if quick:
+        return []
+    return [(*shape, 2) for shape in DEPTHWISE_2D] + [(*shape, 1) for shape in DEPTHWISE_1D]
+
+
+def measure_depthwise(batch: int, channels: int, size: int, dims: int, direction: str, threads: int,
+                      budget: Budget) -> dict:
+    """Time one pass of a depthwise convolution (``groups`` = channels; 3x3 in 2-D, width 5 in 1-D,
+    stride 1, same padding); a record with the per-group implicit-GEMM dimensions
+    ``m = N x spatial``, ``n = 1``, ``k`` = the kernel's taps, and ``groups``."""
+    taps = [3, 3] if dims == 2 else [5]
+    x, w = _operands([batch, channels, *[size] * dims], [channels, 1, *taps])
+    with torch_threads(threads):
+        result = measure_python(_passes(x, w, 1, taps[0] // 2, channels)[direction], budget)
+    m, k = batch * size**dims, math.prod(taps)
+    return {
+        "library": "torch",
+        "dtype": "fp32",
+        "threads": threads,
+        "direction": direction,
+        "m": m,
+        "n": 1,
+        "k": k,
+        "passes": 1,
+        "groups": channels,
+        "image": [batch, channels, *[size] * dims],
+        "stride": 1,
+        **result.row(),
+        "flops_per_s": 2.0 * m * k * channels / result.median_s,
     }

@@ -14,7 +14,7 @@ from typing import Any
 from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 10
+SUITE_VERSION = 11
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -65,6 +65,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
+            for shape in conv.depthwise_shapes(quick):
+                for direction in conv.PASSES:
+                    call = partial(conv.measure_depthwise, *shape, direction, t, budget)
+                    tasks.append(Task("conv", f"conv depthwise {direction} {t}t {'x'.join(map(str, shape))}", call))
     if framework.available():
         for t in threads:
             for op in framework.POOLS:
