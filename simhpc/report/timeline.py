@@ -39,7 +39,8 @@ def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", ma
     axes.invert_yaxis()
     axes.set_xlim(0, end * scale)
     axes.set_xlabel(f"simulated time ({unit})")
-    axes.set_title(title or "timeline")
+    printable = "".join(c for c in (title or "") if c.isprintable())  # control characters have no glyph
+    axes.set_title(printable or "timeline")
     if len(labels) <= 20:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[label]) for label in labels]
         axes.legend(handles, labels, fontsize=7, loc="upper right", ncol=min(4, max(1, len(labels))))

@@ -135,8 +135,15 @@ def _load_json(path: Path) -> Any:
         ) from None
 
 
+MAX_MICROSECONDS = 1e15
+"""Largest timestamp or duration read (about 32 years): beyond it an event is corrupt, not slow."""
+
+
 def _number(value: Any) -> float | None:
+    """A timestamp or duration in microseconds, or None if it is not a number within +-MAX_MICROSECONDS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    if abs(value) > MAX_MICROSECONDS:
         return None
     return float(value)
 
