@@ -124,6 +124,9 @@ def test_convolution_as_implicit_gemm() -> None:
     depthwise = _kernel("aten::mkldnn_convolution", [[32, 64, 1, 512], [64, 1, 1, 5], [64], [], [], [], []], types,
                         ["", "", "", "[0, 2]", "[1, 1]", "[1, 1]", "64"])
     assert (depthwise.m, depthwise.n, depthwise.k, depthwise.batch, depthwise.groups) == (32 * 512, 1, 5, 64, 64)
+    too_wide = kernel_for("aten::mkldnn_convolution", "conv", [[64, 32, 4, 4], [64, 32, 7, 7], [64], [], [], [], []],
+                          types, ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"], False)
+    assert too_wide.kernel is None and "wider than its padded input" in too_wide.reason
     back_shapes = [[64, 64, 16, 16], [64, 32, 16, 16], [64, 32, 3, 3], [], [], [], [], [], [], [], []]
     back_types = ["float"] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
     concrete = ["", "", "", "[64]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]

@@ -207,7 +207,10 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     for i in range(spatial):
         size, kernel = x[2 + i], w[2 + i]
         extent = pick(dilation, i) * (kernel - 1) + 1
-        out.append(max(1, (size + 2 * pick(padding, i) - extent) // max(1, pick(stride, i)) + 1))
+        if size + 2 * pick(padding, i) < extent:
+            return OpKernel(None, f"{op} with a kernel ({extent}) wider than its padded input "
+                                  f"({size + 2 * pick(padding, i)})")
+        out.append((size + 2 * pick(padding, i) - extent) // max(1, pick(stride, i)) + 1)
     m = x[0] * math.prod(out)
     n = w[0] // groups
     k = w[1] * math.prod(w[2:])
