@@ -126,6 +126,8 @@ CASES = [
      "hardware.nodes.v100-pcie-8.gpu_link: node 'v100-pcie-8' has no GPU-GPU link"),
     ("node-without-gpus", PCIE_SCENARIO, ["--set", "hardware.nodes.v100-pcie-8.gpu=null"],
      "hardware.nodes.v100-pcie-8.gpu: node 'v100-pcie-8' has no GPUs"),
+    ("gpu-peak-unknown-dtype", PCIE_SCENARIO, ["--set", "hardware.gpus.v100.peak_flops.fp99=1 TFLOP/s"],
+     "hardware.gpus.v100.peak_flops.fp99: unknown dtype"),
     ("one-endpoint-topology", VALID, ["--set", "network.topology.hosts=1"],
      "network.topology: the topology has 1 endpoint; a collective needs at least 2 ranks"),
     ("gpu-without-dtype", BERT_SCENARIO,

@@ -15,6 +15,7 @@ import yaml
 
 from simhpc.hardware.host import HostFactsError, host_catalog_entries
 from simhpc.hardware.specs import (
+    DTYPE_BITS,
     HALF_TYPES,
     CacheLevel,
     CpuSpec,
@@ -98,6 +99,9 @@ def _gpu(name: str, data: Any, path: str) -> GpuSpec:
     peaks = f.raw("peak_flops")
     if not isinstance(peaks, Mapping) or not peaks:
         raise CatalogError(f"{path}.peak_flops", "expected a mapping dtype -> rate")
+    unknown = [dtype for dtype in peaks if dtype not in DTYPE_BITS]
+    if unknown:
+        raise CatalogError(f"{path}.peak_flops.{unknown[0]}", f"unknown dtype (known: {', '.join(DTYPE_BITS)})")
     peak_fields = _Fields(peaks, f"{path}.peak_flops", tuple(peaks))
     return GpuSpec(
         name=name,
