@@ -532,3 +532,22 @@ def test_corrupt_dimensions_are_not_modelled(dims) -> None:
 def test_products_whose_operands_do_not_contract_are_not_modelled(op, shapes) -> None:
     result = kernel_for(op, "gemm", shapes, ["float"] * len(shapes), [""] * len(shapes), False)
     assert result.kernel is None and "contracted dimension" in result.reason
+
+
+def test_the_report_says_where_the_thread_count_came_from(tmp_path: Path) -> None:
+    import gzip
+
+    capture = _capture("mlp_t1")
+    data = json.loads(gzip.decompress(capture.read_bytes()))
+    del data["num_threads"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    for path, extra, threads, source in ((capture, [], 1, "trace"), (bare, [], None, "host"),
+                                          (bare, ["--threads", "1"], 1, "option")):
+        result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(CALIBRATION), "--json",
+                                           "-o", str(tmp_path / source), *extra])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["threads_from"] == source
+        if threads is not None:
+            assert summary["threads"] == threads

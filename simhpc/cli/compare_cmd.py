@@ -42,22 +42,31 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f} %"
 
 
-def _threads(trace: Trace, option: int | None, default: int) -> int:
+def _threads(trace: Trace, option: int | None, default: int) -> tuple[int, str]:
+    """Threads to predict with and where the count came from (``option``, ``trace`` or ``host``)."""
     if option is not None:
         if option < 1:
             raise CompareError(f"--threads must be >= 1, got {option}")
-        return option
+        return option, "option"
     recorded = trace.metadata.get("num_threads")
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
-        return recorded
-    return default
+        return recorded, "trace"
+    return default, "host"
+
+
+_THREADS_FROM = {
+    "option": "",
+    "trace": "",
+    "host": " (all host cores: the trace does not record its thread count; give --threads if it ran on fewer)",
+}
 
 
 def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -> None:
     console = Console()
     console.print(
         f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
-        f"{comparison.threads} threads, {summary['ops_modelled']} of {summary['ops_total']} ops modelled; "
+        f"{comparison.threads} threads{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
+        f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
     )
     console.print(
@@ -241,7 +250,7 @@ def command(
     for warning in host_warnings(cal, detect_host(), suite_version):
         click.echo(f"warning: {warning}", err=True)
     cpu, _ = host_specs(cal)
-    used = _threads(trace, threads, cal.host.cores)
+    used, threads_from = _threads(trace, threads, cal.host.cores)
     backends = cal.gemm_backends()
     chosen = blas or default_blas(trace, backends)
     if chosen not in backends:
@@ -254,6 +263,7 @@ def command(
     summary["calibration"] = cal.source
     summary["blas"] = chosen
     summary["cache"] = cache
+    summary["threads_from"] = threads_from
     folder = outdir or Path("runs") / f"compare-{stem}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
