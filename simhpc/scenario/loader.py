@@ -112,11 +112,11 @@ def _check_gpu_node(scenario: ScenarioBase, catalog: Catalog, name: str, source:
         raise ScenarioError(source, "network.topology.node", f"unknown node {name!r} (known: {known})")
     spec = catalog.nodes[name]
     defined = name in ((scenario.hardware or {}).get("nodes") or {})
-    for part, missing in (("gpu", spec.gpu is None or not spec.gpus), ("gpu_link", spec.gpu_link is None),
-                          ("pcie", spec.pcie is None)):
+    for part, missing, what in (("gpu", spec.gpu is None or not spec.gpus, "no GPUs"),
+                                ("gpu_link", spec.gpu_link is None, "no GPU-GPU link (gpu_link)"),
+                                ("pcie", spec.pcie is None, "no PCIe link (pcie)")):
         if missing:
             field = f"hardware.nodes.{name}.{part}" if defined else "network.topology.node"
-            what = {"gpu": "no GPUs", "gpu_link": "no GPU-GPU link (gpu_link)", "pcie": "no PCIe link (pcie)"}[part]
             raise ScenarioError(source, field, f"node {name!r} has {what}; a gpu_cluster topology needs it")
 
 

@@ -93,9 +93,16 @@ def measure_conv(
     """Time one pass (one of ``PASSES``) of a 3x3 convolution; a record."""
     out = (size - 1) // stride + 1
     x, w = _operands([batch, cin, size, size], [cout, cin, 3, 3])
+    return _record(_passes(x, w, stride, 1)[direction], direction, threads, budget, batch * out * out, cout, cin * 9,
+                   image=[batch, cin, size, size], stride=stride)
+
+
+def _record(call: Callable[[], object], direction: str, threads: int, budget: Budget, m: int, n: int, k: int,
+            groups: int = 1, **identity: Any) -> dict:
+    """Time one pass on ``threads`` torch threads; its record (``m``, ``n``, ``k`` per group)."""
     with torch_threads(threads):
-        result = measure_python(_passes(x, w, stride, 1)[direction], budget)
-    m, n, k = batch * out * out, cout, cin * 9
+        result = measure_python(call, budget)
+    grouping = {"groups": groups} if groups > 1 else {}
     return {
         "library": "torch",
         "dtype": "fp32",
@@ -105,10 +112,10 @@ def measure_conv(
         "n": n,
         "k": k,
         "passes": 1,
-        "image": [batch, cin, size, size],
-        "stride": stride,
+        **grouping,
+        **identity,
         **result.row(),
-        "flops_per_s": 2.0 * m * n * k / result.median_s,
+        "flops_per_s": 2.0 * m * n * k * groups / result.median_s,
     }
 
 
@@ -126,21 +133,5 @@ def measure_depthwise(batch: int, channels: int, size: int, dims: int, direction
     ``m = N x spatial``, ``n = 1``, ``k`` = the kernel's taps, and ``groups``."""
     taps = [3, 3] if dims == 2 else [5]
     x, w = _operands([batch, channels, *[size] * dims], [channels, 1, *taps])
-    with torch_threads(threads):
-        result = measure_python(_passes(x, w, 1, taps[0] // 2, channels)[direction], budget)
-    m, k = batch * size**dims, math.prod(taps)
-    return {
-        "library": "torch",
-        "dtype": "fp32",
-        "threads": threads,
-        "direction": direction,
-        "m": m,
-        "n": 1,
-        "k": k,
-        "passes": 1,
-        "groups": channels,
-        "image": [batch, channels, *[size] * dims],
-        "stride": 1,
-        **result.row(),
-        "flops_per_s": 2.0 * m * k * channels / result.median_s,
-    }
+    return _record(_passes(x, w, 1, taps[0] // 2, channels)[direction], direction, threads, budget,
+                   batch * size**dims, 1, math.prod(taps), channels, image=[batch, channels, *[size] * dims], stride=1)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from .gemm import torch_available, torch_threads
 from .timing import Budget, measure_python
@@ -102,38 +103,33 @@ def _random_call(op: str, nbytes: int) -> Callable[[], object]:
     return fill
 
 
-def measure_pool(op: str, side: int, threads: int, budget: Budget) -> dict:
-    """Time one pooling op on ``[64, 16, side, side]`` fp32; a record."""
-    call, moved = _pool_call(op, side)
+def _record(op: str, call: Callable[[], object], moved: int, threads: int, budget: Budget,
+            **identity: Any) -> dict:
+    """Time ``call`` on ``threads`` torch threads; its record (``identity``: the point's other fields)."""
     with torch_threads(threads):
         result = measure_python(call, budget)
-    kernel, stride, padding = POOLS[op]
     return {
         "library": "torch",
         "op": op,
         "dtype": "fp32",
         "threads": threads,
-        "input": [POOL_BATCH, POOL_CHANNELS, side, side],
-        "window": [kernel, stride, padding],
+        **identity,
         "bytes": moved,
         **result.row(),
         "bytes_per_s": moved / result.median_s,
     }
 
 
+def measure_pool(op: str, side: int, threads: int, budget: Budget) -> dict:
+    """Time one pooling op on ``[64, 16, side, side]`` fp32; a record."""
+    call, moved = _pool_call(op, side)
+    return _record(op, call, moved, threads, budget, input=[POOL_BATCH, POOL_CHANNELS, side, side],
+                   window=list(POOLS[op]))
+
+
 def measure_random(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
     """Time one in-place random fill of an fp32 tensor of ``nbytes``; a record."""
-    with torch_threads(threads):
-        result = measure_python(_random_call(op, nbytes), budget)
-    return {
-        "library": "torch",
-        "op": op,
-        "dtype": "fp32",
-        "threads": threads,
-        "bytes": nbytes,
-        **result.row(),
-        "bytes_per_s": nbytes / result.median_s,
-    }
+    return _record(op, _random_call(op, nbytes), nbytes, threads, budget)
 
 
 def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
@@ -170,18 +166,7 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
 
 def measure_pointwise(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
     """Time one ATen pointwise op on fp32 inputs of ``nbytes``; a record."""
-    call, moved = _pointwise_call(op, nbytes)
-    with torch_threads(threads):
-        result = measure_python(call, budget)
-    return {
-        "library": "torch",
-        "op": op,
-        "dtype": "fp32",
-        "threads": threads,
-        "bytes": moved,
-        **result.row(),
-        "bytes_per_s": moved / result.median_s,
-    }
+    return _record(op, *_pointwise_call(op, nbytes), threads, budget)
 
 
 def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], int]:
@@ -213,16 +198,4 @@ def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], i
 
 def measure_norm(op: str, shape: tuple[int, ...], threads: int, budget: Budget) -> dict:
     """Time one training-mode batch-norm pass (one of ``NORMS``) on fp32 ``shape``; a record."""
-    call, moved = _norm_call(op, shape)
-    with torch_threads(threads):
-        result = measure_python(call, budget)
-    return {
-        "library": "torch",
-        "op": op,
-        "dtype": "fp32",
-        "threads": threads,
-        "input": list(shape),
-        "bytes": moved,
-        **result.row(),
-        "bytes_per_s": moved / result.median_s,
-    }
+    return _record(op, *_norm_call(op, shape), threads, budget, input=list(shape))
