@@ -155,6 +155,30 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     assert not list(out.glob("*.tmp"))
 
 
+def test_ctrl_c_while_workers_start_stops_cleanly(tmp_path):
+    """Ctrl-C to the whole process group (as a terminal sends it) while the worker processes
+    start: exit 130 and no traceback from the sweep or from a half-started worker."""
+    path = write(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}, "seeds": [0, 1]})
+    command = [sys.executable, "-m", "simhpc", "sweep", str(path), "-o", str(tmp_path / "out"), "--workers", "2"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        seen = b""
+        while b"running" not in seen:  # the line printed just before the workers start
+            line = process.stdout.readline()
+            assert line, seen
+            seen += line
+        time.sleep(0.3)  # past the server's start (SIGINT ignored there), into the workers' (~1 s)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    output = seen + output
+    assert process.returncode == 130, output
+    assert b"interrupted; finished runs are stored" in output and b"Traceback" not in output
+
+
 def test_points_the_built_machine_rejects_stop_the_sweep_before_any_run(tmp_path):
     path = write(tmp_path, {"grid": {"network.topology.hosts": [16, 1]}})
     result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out")])

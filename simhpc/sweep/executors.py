@@ -12,8 +12,9 @@ import os
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from typing import Any, Literal
@@ -90,6 +91,37 @@ def _init_local_worker(sweep_pid: int) -> None:
     init_worker(sweep_pid)
 
 
+def _started() -> None:
+    """A no-op task: its completion says a worker is up."""
+
+
+@contextmanager
+def _interrupts_held(ignore_ctrl_c: bool = False) -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM while worker processes start, then raise
+    KeyboardInterrupt if one came.
+
+    A KeyboardInterrupt raised inside ``Process.start`` leaves a child the pool does not know:
+    it outlives the sweep and prints a traceback when it finds the pool's queues gone.
+    ``ignore_ctrl_c``: ignore SIGINT instead (a child started by exec inherits only an ignored
+    disposition, not a handler; such a Ctrl-C is dropped, not held).
+    """
+    received: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_ctrl_c else hold)
+    signal.signal(signal.SIGTERM, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise KeyboardInterrupt
+
+
 class LocalExecutor(SweepExecutor):
     """A process pool on this machine."""
 
@@ -114,8 +146,16 @@ class LocalExecutor(SweepExecutor):
                 forkserver.ensure_running()
             finally:
                 signal.signal(signal.SIGINT, handler)
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_local_worker,
-                                         initargs=(os.getpid(),))
+        try:
+            with _interrupts_held(ignore_ctrl_c=self.start_method == "spawn"):
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=context,
+                                                 initializer=_init_local_worker, initargs=(os.getpid(),))
+                # Start every worker now (one no-op task each): submitting the runs then spawns
+                # nothing, so a Ctrl-C during the sweep never lands inside a process start.
+                wait([self._pool.submit(_started) for _ in range(self.workers)])
+        except KeyboardInterrupt:
+            self.__exit__(KeyboardInterrupt)
+            raise
         return self
 
     def __exit__(self, kind: object, *rest: object) -> None:
