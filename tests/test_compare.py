@@ -195,6 +195,14 @@ def test_elementwise_and_reduction() -> None:
                       Elementwise)
 
 
+def test_tensors_of_an_unknown_type_are_not_modelled() -> None:
+    """A complex (or any unlisted) tensor type is listed with its name, not timed as fp32."""
+    found = kernel_for("aten::mul", "elementwise", [[64, 64], [64, 64]],
+                       ["c10::complex<float>", "c10::complex<float>"], [], False)
+    assert found.kernel is None and "'c10::complex<float>' not modelled" in found.reason
+    assert _kernel("aten::mul", [[64, 64], [64, 64]], ["c10::BFloat16", "c10::BFloat16"]).dtype == "bf16"
+
+
 def test_indexed_ops_move_the_indexed_elements_only() -> None:
     # an embedding lookup of 2048 tokens in a 5000 x 128 table reads 2048 rows, not the table
     lookup = _kernel("aten::index_select", [[5000, 128], [], [2048]], ["float", "Scalar", "long int"], ["", "0", ""])

@@ -418,6 +418,9 @@ def kernel_for(
     tensors = _tensors(shapes, dtypes)
     if not tensors:
         return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")
+    unknown = next((type_name for _, type_name in tensors if type_name not in DTYPES), None)
+    if unknown is not None:
+        return OpKernel(None, f"tensor type {unknown!r} not modelled (known: {', '.join(DTYPES)})")
     if kind == "gemm":
         found = _gemm(op, tensors)
         layout = _layout(op, shapes, dtypes, strides)
