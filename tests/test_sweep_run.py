@@ -158,7 +158,8 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
 def test_ctrl_c_while_workers_start_stops_cleanly(tmp_path):
     """Ctrl-C to the whole process group (as a terminal sends it) while the worker processes
     start: exit 130 and no traceback from the sweep or from a half-started worker."""
-    path = write(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}, "seeds": [0, 1]})
+    sizes = [f"{n} MiB" for n in range(1, 16)]  # 60 runs: seconds, not over before the signal
+    path = write(tmp_path, {"grid": {"workload.size": sizes}, "seeds": [0, 1, 2, 3]}, hosts=16, iterations=3)
     command = [sys.executable, "-m", "simhpc", "sweep", str(path), "-o", str(tmp_path / "out"), "--workers", "2"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
