@@ -10,6 +10,7 @@ import importlib.util
 import multiprocessing
 import os
 import signal
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed, wait
@@ -105,6 +106,9 @@ def _interrupts_held(ignore_ctrl_c: bool = False) -> Iterator[None]:
     ``ignore_ctrl_c``: ignore SIGINT instead (a child started by exec inherits only an ignored
     disposition, not a handler; such a Ctrl-C is dropped, not held).
     """
+    if threading.current_thread() is not threading.main_thread():  # handlers are the main thread's
+        yield
+        return
     received: list[int] = []
 
     def hold(signum: int, frame: object) -> None:
