@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from simhpc.network import Topology, dragonfly, fat_tree, gpu_cluster, single_switch, torus
+from simhpc.engine import Simulation
+from simhpc.network import Network, Topology, dragonfly, fat_tree, gpu_cluster, single_switch, torus
 from simhpc.registry import lookup
 
 GB = 1e9
@@ -93,6 +94,30 @@ def test_fat_tree_ecmp_spreads_pairs_over_spines_deterministically() -> None:
     assert all_paths(topo) == all_paths(again)
     plain = fat_tree(hosts=32, hosts_per_leaf=8, bandwidth=10 * GB, latency=1e-6, ecmp=False)
     assert {node_path(plain, f"h{a}", f"h{b}")[2] for a in range(8) for b in range(8, 32)} == {"spine0"}
+
+
+@pytest.mark.parametrize("hosts,per_leaf,shift", [(8, 4, 4), (16, 4, 4), (16, 4, 8), (32, 8, 8), (12, 3, 3)])
+def test_fat_tree_shift_permutations_use_distinct_spines(hosts: int, per_leaf: int, shift: int) -> None:
+    """Host i -> host i + shift crosses leaves on as many spines as a leaf has flows (D mod k):
+    on a non-blocking tree every flow drains at full bandwidth."""
+    topo = fat_tree(hosts=hosts, hosts_per_leaf=per_leaf, bandwidth=10 * GB, latency=0.0)
+    sim = Simulation(seed=0)
+    network = Network(sim, topo, "flow")
+    for i in range(hosts):
+        network.transfer(f"h{i}", f"h{(i + shift) % hosts}", 1e9)
+    sim.run()
+    assert sim.env.now == pytest.approx(1e9 / (10 * GB), rel=1e-9)
+
+
+def test_gpu_cluster_rails_cross_a_fat_tree_on_distinct_spines() -> None:
+    """GPU j of one node to GPU j of the next (a hierarchical all-reduce's inter-node ring):
+    the 8 rails of a node leave through 8 different spines."""
+    topo = dgx(4, fabric="fat_tree", nodes_per_leaf=1)
+    for a in range(4):
+        b = (a + 1) % 4
+        spines = {next(n for n in node_path(topo, f"n{a}.gpu{j}", f"n{b}.gpu{j}") if "spine" in n)
+                  for j in range(8)}
+        assert len(spines) == 8
 
 
 def test_routing_prefers_least_latency_then_fewest_hops() -> None:

@@ -4,11 +4,11 @@ A :class:`Topology` wraps a :class:`networkx.DiGraph`. Every physical cable is t
 :class:`Link` objects, one per direction, each with its own capacity. Routing is deterministic:
 the path of least total routing cost (by default the link latency), ties broken by hop count,
 then by node names (walking back from the destination, the smallest-named predecessor wins).
-With ``ecmp=True`` the tie between equal-cost predecessors is broken by the pair's "spread", the
-sum of the source's and destination's ordinals, modulo the number of choices (the S+D-mod-k
-generalisation of fat-tree D-mod-k routing): each source spreads its destinations evenly over the
-parallel spines and each destination receives evenly from them, so symmetric patterns such as
-all-to-all load every uplink equally.
+With ``ecmp=True`` the tie between equal-cost predecessors is broken by the destination's
+ordinal modulo the number of choices (fat-tree D-mod-k routing, as InfiniBand subnet managers
+route): each source spreads its destinations evenly over the parallel spines, all-to-all loads
+every uplink equally, and shift patterns (host ``i`` to host ``i + s``, GPU ``j`` of one node to
+GPU ``j`` of another, a rail) use distinct spines.
 
 Endpoints are the nodes traffic starts and ends at. Rank endpoints (``Topology.endpoints``) are
 the ordered names ranks map onto; other endpoints (host memory, say) are reachable but hold no
@@ -72,7 +72,7 @@ class Topology:
 
     Args:
         name: a label for summaries.
-        ecmp: spread equal-cost paths over the pairs (S+D mod k).
+        ecmp: spread equal-cost paths over the destinations (D mod k).
     """
 
     MAX_NODES = 2**20
@@ -270,7 +270,7 @@ class Topology:
             waypoints += [self._gateway_towards(src, dst), self._gateway_towards(dst, src)]
         waypoints.append(dst)
         links: list[int] = []
-        spread = self._ordinal[src] + self._ordinal[dst]
+        spread = self._ordinal[dst]
         for a, b in itertools.pairwise(waypoints):
             if a == b:
                 continue
