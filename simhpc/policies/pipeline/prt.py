@@ -34,6 +34,13 @@ communication, uniform stages and a backward as long as a forward this reaches
 ``(p-2)/(2km+p-2)``: Chimera's bubble with ``k`` times the ops per device
 (``tests/test_prt_bidirectional.py``).
 
+The V-shaped map's greedy order is not a tuned schedule. With free communication, uniform stages
+and a backward twice a forward, it leaves a bubble of 0.368 at ``p = 8, k = 2, m = 8``
+(interleaved formula 0.304, 1F1B 0.467). Its per-stage activation limits throttle it as ``m``
+grows: at ``p = 4, k = 2, m = 64`` the bubble is 0.185, against 1F1B's 0.045. With
+``order: grouped`` it is about 0.4 at any ``m``. The round-robin map with Megatron's order is the
+schedule the reproduction uses.
+
 Greedy orders (bidirectional, V-shaped, custom) come from a unit-cost dry run; with
 ``dry_run: profile`` (default) a dry run with the workload's profiled op and transfer times is
 also made and the order the profile estimates faster is kept
