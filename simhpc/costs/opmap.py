@@ -39,6 +39,7 @@ from simhpc.costs.opnames import (
     TRANSCENDENTAL,
     UNCOVERED,
     base_name,
+    classify,
     names,
 )
 
@@ -98,6 +99,12 @@ def _tensors(shapes: list[Any], dtypes: list[str]) -> list[tuple[list[int], str]
 
 def _dtype(kind: str) -> str:
     return DTYPES.get(kind, "fp32")
+
+
+def _data_dtype(tensors: list[tuple[list[int], str]]) -> str:
+    """The dtype of the largest tensor: a 0-dim operand (Adam's ``double`` step size in ``mul``)
+    does not set the type the elementwise work runs in."""
+    return _dtype(max(tensors, key=lambda tensor: _numel(tensor[0]))[1])
 
 
 def _int_list(text: Any, default: list[int]) -> list[int]:
@@ -255,7 +262,7 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
     selected dimension's extent, times the index count), ``gather`` / ``scatter`` / ``index_add`` one
     element per index entry or source element, ``index_put`` its values; each read from the source,
     its index read, the result written."""
-    dtype = _dtype(tensors[0][1])
+    dtype = _data_dtype(tensors)
     shapes = [s for s, _ in tensors]
     if op == "index_select" and len(shapes) >= 2:
         source, index = shapes[0], shapes[1]
@@ -270,7 +277,7 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
 
 
 def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any] = ()) -> OpKernel:
-    dtype = _dtype(tensors[0][1])
+    dtype = _data_dtype(tensors)
     if op in INDEXED_OPS:
         return _indexed(op, tensors, list(concrete))
     if op.startswith("_foreach") or op.startswith("_fused"):
@@ -378,6 +385,22 @@ def _contiguous_run(shape: list[int], strides: Any) -> int:
     return total
 
 
+HELPERS = names("zero fill copy empty resize")
+"""Child ops a kernel-bearing op runs beside its own work (zeroing an output, a bias copy)."""
+
+
+def _delegates(op: str, kind: str, child: str) -> bool:
+    """Whether a child op does the parent's work: a redispatch (its own name: ``div_`` in
+    ``div_``), any child of a ``_foreach_`` op (its per-tensor ops), or an op of the same kind that
+    is not a helper (``thnn_conv2d`` in ``_slow_conv2d_forward``, ``hardtanh`` in ``clamp``,
+    ``index_add_`` in ``scatter_add_``). Otherwise the parent keeps its work (``addmm`` beside its
+    bias ``copy_``, ``native_layer_norm_backward`` beside a ``zero_``)."""
+    name = base_name(child)
+    if name == op or op.startswith("_foreach_"):
+        return True
+    return name not in HELPERS and classify(child, "cpu_op") == kind
+
+
 def kernel_for(
     name: str,
     kind: str,
@@ -410,7 +433,7 @@ def kernel_for(
         return NOTHING
     if kind == "unknown":
         return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
-    if (has_children and op in COMPOSITE) or any(base_name(child) == op for child in child_names):
+    if (has_children and op in COMPOSITE) or any(_delegates(op, kind, child) for child in child_names):
         return NOTHING
     bad = _bad_shape(shapes)
     if bad is not None:
