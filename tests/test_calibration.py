@@ -759,3 +759,18 @@ def test_traced_batch_norm_is_timed_from_its_own_points() -> None:
         assert model.duration(traced.kernel, cpu, 1) == pytest.approx(row["time_s"], rel=1e-6)
         streaming = CostModel(CalibratedEfficiency(cal, blas="numpy")).duration(traced.kernel, cpu, 1)
         assert streaming < 0.5 * row["time_s"]
+
+
+def test_small_framework_ops_run_at_their_smallest_sizes_rate_above_the_dispatch_floor() -> None:
+    """bernoulli_ is measured from 256 KiB: an 8 KiB fill is not charged the 256 KiB call's time,
+    and no traced op that computes is timed below the cheapest measured framework call."""
+    efficiency = CalibratedEfficiency(load_calibration(COMMITTED), blas="torch")
+    floor = efficiency.dispatch_floor(1)
+    assert 0 < floor < 20e-6
+    small = efficiency.host_time(FrameworkOp(dtype="fp32", op="bernoulli", nbytes=8 << 10), 1)
+    measured = efficiency.host_time(FrameworkOp(dtype="fp32", op="bernoulli", nbytes=256 << 10), 1)
+    assert floor <= small < measured / 10
+    tiny = Elementwise(dtype="fp32", n=64, op="add", inputs=2, outputs=1)
+    assert efficiency.host_time(tiny, 1) == pytest.approx(floor)
+    numpy = CalibratedEfficiency(load_calibration(COMMITTED), blas="numpy")
+    assert numpy.host_time(tiny, 1) < floor / 10  # the C kernel of a simulated node pays no dispatch

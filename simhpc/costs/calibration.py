@@ -31,8 +31,11 @@
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
   moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
-  With ``blas="torch"`` (a torch trace) an elementwise op with torch points of its own name (ATen's
-  ``gelu``, ``tanh``, ... ) is timed from them rather than from the C kernels' curves.
+  Below the op's smallest measured size (32 KiB to 1 MiB) it runs at that size's rate, no faster
+  than the cheapest measured ATen call. With ``blas="torch"`` (a torch trace) an elementwise
+  op with torch points of its own name (ATen's ``gelu``, ``tanh``, ... ) is timed from them rather
+  than from the C kernels' curves, and no op that computes takes less than that cheapest call
+  (:meth:`CalibratedEfficiency.dispatch_floor`, 1.3 us here: a 4 x 4 x 4 ``torch.mm``).
 - **Fused attention**: its products as one batched GEMM, plus one exponential per score at the
   measured ``exp`` rate of an L1-resident array (the C kernel's: arithmetic inside a fused kernel).
 - **Recurrent layers**: the input projection as one product, one product with the hidden state per
@@ -228,6 +231,12 @@ class CalibratedEfficiency:
             streams[("framework", row["op"], row["dtype"], str(row["threads"]))].append(
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
+        self._cheapest_call: dict[str, float] = {}
+        """Threads -> the fastest measured ATen call (a framework op or a torch product)."""
+        aten = [row for row in cal.rows("gemm") if row.get("blas") == "torch"] + list(cal.rows("framework"))
+        for row in aten:
+            threads_key = str(row["threads"])
+            self._cheapest_call[threads_key] = min(self._cheapest_call.get(threads_key, math.inf), row["time_s"])
         for row in cal.rows("stencil"):
             streams[("stencil", "7", "fp64", str(row["threads"]))].append(
                 (row["working_set"], row["time_s"] / row["cells"])
@@ -380,13 +389,20 @@ class CalibratedEfficiency:
         counts = sorted(int(k[3]) for k in self._curves if k[:3] == (section, op, dtype))
         blend = self._thread_blend(counts, threads)
         smallest = min(self._smallest[(section, op, dtype, str(t))] for t, _ in blend)
-        if section in STREAMING and working < smallest:
-            # Below the smallest measured array a call costs what that array cost: loop and
-            # thread start-up, not bytes, set the time.
+        floor = 0.0
+        if section in OWN_OP_ONLY and working < smallest:
+            # A framework op is measured from a few hundred KiB up, where its bytes set the time:
+            # below, it runs at its smallest size's rate, no faster than the cheapest measured
+            # ATen call (dispatch and loop start-up).
+            floor = self.dispatch_floor(threads)
+            working = smallest
+        elif section in STREAMING and working < smallest:
+            # Below the smallest measured array (a few KiB) a call costs what that array cost:
+            # loop and thread start-up, not bytes, set the time.
             amount *= smallest / max(working, 1.0)
             working = smallest
         rate = sum(w / self._curves[(section, op, dtype, str(t))](max(working, 1.0)) for t, w in blend)
-        return amount / rate
+        return max(amount / rate, floor)
 
     def cold_operands_s(self, kernel: Kernel, threads: int) -> float:
         """With ``cache="cold"``: the extra time of fetching a product's operands and result from DRAM
@@ -437,7 +453,20 @@ class CalibratedEfficiency:
         return sum(products) + kernel.steps * (step + passes * per_step)  # type: ignore[arg-type]
 
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
-        """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not covered)."""
+        """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not
+        covered). With ``blas="torch"`` (a traced ATen op) no less than the cheapest measured
+        ATen call: dispatch costs an op that much however little it computes."""
+        seconds = self._kernel_time(kernel, threads)
+        if seconds is None or self.blas != "torch":
+            return seconds
+        return max(seconds, self.dispatch_floor(threads))
+
+    def dispatch_floor(self, threads: int) -> float:
+        """The cheapest measured ATen call on ``threads`` cores (0 without torch points)."""
+        blend = self._thread_blend(sorted(int(t) for t in self._cheapest_call), threads)
+        return sum(w * self._cheapest_call[str(t)] for t, w in blend)
+
+    def _kernel_time(self, kernel: Kernel, threads: int) -> float | None:
         if isinstance(kernel, Attention):
             return self.attention_time(kernel, threads)
         if isinstance(kernel, Recurrent):
