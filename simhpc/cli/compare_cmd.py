@@ -38,6 +38,10 @@ def _fmt(seconds: float | None) -> str:
     return "-" if seconds is None else format_time(seconds)
 
 
+MAX_THREADS = 4096
+"""Most threads a trace may say it ran on (a larger count is a corrupt file, not a CPU)."""
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f} %"
 
@@ -45,11 +49,14 @@ def _pct(value: float | None) -> str:
 def _threads(trace: Trace, option: int | None, default: int) -> tuple[int, str]:
     """Threads to predict with and where the count came from (``option``, ``trace`` or ``host``)."""
     if option is not None:
-        if option < 1:
-            raise CompareError(f"--threads must be >= 1, got {option}")
+        if not 1 <= option <= MAX_THREADS:
+            raise CompareError(f"--threads must be from 1 to {MAX_THREADS}, got {option}")
         return option, "option"
     recorded = trace.metadata.get("num_threads")
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+        if recorded > MAX_THREADS:
+            raise CompareError(f"{trace.source}: num_threads: {recorded} is not a CPU thread count "
+                               f"(at most {MAX_THREADS}); give --threads")
         return recorded, "trace"
     return default, "host"
 
@@ -114,6 +121,9 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         console.print(missing)
     else:
         console.print("every op was modelled")
+    if comparison.skipped_events:
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
+        console.print(f"events skipped while reading (in no count above): {reasons}")
 
 
 def _print_against(result: dict[str, Any], limit: int) -> None:

@@ -56,7 +56,8 @@ NOTHING = OpKernel(None)
 
 
 MAX_DIM = 1 << 40
-"""Largest tensor dimension taken as real (a larger one is a corrupt trace, not a workload)."""
+"""Largest tensor dimension or element count taken as real (4 TiB of fp32: a larger one is a
+corrupt trace, not a workload)."""
 
 
 def _is_shape(value: Any) -> bool:
@@ -64,13 +65,16 @@ def _is_shape(value: Any) -> bool:
 
 
 def _bad_shape(shapes: list[Any]) -> Any:
-    """The first recorded shape whose dimensions are not integers in ``0..MAX_DIM``, or None."""
+    """The first recorded shape whose dimensions are not integers in ``0..MAX_DIM`` or whose
+    element count exceeds ``MAX_DIM``, or None."""
     for shape in shapes:
         nested = shape if isinstance(shape, list) and shape and all(isinstance(s, list) for s in shape) else [shape]
         for candidate in nested:
             if not isinstance(candidate, list) or not candidate:
                 continue
             if any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIM for d in candidate):
+                return candidate
+            if math.prod(candidate) > MAX_DIM:
                 return candidate
     return None
 
@@ -437,9 +441,12 @@ def kernel_for(
         return NOTHING
     bad = _bad_shape(shapes)
     if bad is not None:
-        return OpKernel(None, f"invalid input shape {bad} (dimensions must be integers from 0 to 2^40)")
+        return OpKernel(None, f"invalid input shape {bad} (dimensions and element counts must be integers "
+                              "from 0 to 2^40)")
     tensors = _tensors(shapes, dtypes)
     if not tensors:
+        if "TensorList" in dtypes:
+            return OpKernel(None, "a tensor list's shapes are not recorded by the profiler")
         return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")
     unknown = next((type_name for _, type_name in tensors if type_name not in DTYPES), None)
     if unknown is not None:

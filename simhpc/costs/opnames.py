@@ -78,6 +78,7 @@ VIEW_OPS = names("""
     ones ones_like full full_like new_zeros new_ones new_full _to_dense lift align_to movedim swapaxes
     mT mH record_stream _make_per_tensor_quantized_tensor dropout feature_dropout alpha_dropout
     cudnn_is_acceptable is_same_size _has_same_storage_numel _version _is_zerotensor is_contiguous
+    _nnpack_available _use_cudnn_ctc_loss is_pinned
 """)
 """Ops that move no data themselves (``clone``, ``to``, ``zeros`` copy or fill through child ops)."""
 COMPOSITE = names("""

@@ -80,6 +80,8 @@ class Comparison:
     step, never in the prediction. None without profiler steps."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped_events: dict[str, int] = field(default_factory=dict)
+    """Events of the file the reader could not use, by reason (not in any count above)."""
 
     @property
     def step_error_pct(self) -> float:
@@ -123,6 +125,7 @@ class Comparison:
             "ops_unmodelled": self.ops_total - self.ops_modelled,
             "kinds": self.kinds,
             "unmodelled": self.unmodelled,
+            "skipped_events": self.skipped_events,
             "worst_ops": [_op_row(p) for p in self.worst(worst)],
         }
 
@@ -202,7 +205,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     predicted = sum(p.predicted_s for p in predictions) / steps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace))
+                            outside_ops(trace), skipped_events=dict(trace.skipped))
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:

@@ -171,6 +171,9 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
         if not isinstance(event, Mapping):
             skipped["not an object"] += 1
             continue
+        if not isinstance(event.get("name", ""), str):
+            skipped["event whose name is not a string"] += 1
+            continue
         phase = event.get("ph")
         if phase == "X":
             if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
