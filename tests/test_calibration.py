@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -556,7 +557,23 @@ def test_microbench_rounds_keep_the_faster_measurement() -> None:
     repeated = [t for t in full if t.again]
     assert all(" torch " in f" {t.label} " for t in repeated)  # only torch GEMMs get a second round
     if repeated:  # torch is importable here: the second round comes after every other point
-        assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if t.section != "gemm")
+        assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if not t.again)
+
+
+def test_microbench_repeats_give_way_to_the_deadline() -> None:
+    """A repeat its first round says would end past the deadline is skipped; the point stays."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner = load_submodule("runner")
+
+    def slow() -> dict:
+        time.sleep(0.05)
+        return {"time_s": 1.0}
+
+    tasks = [runner.Task("gemm", "a", slow), runner.Task("gemm", "a", slow, again=True)]
+    result = runner.run(tasks, deadline_s=0.08)
+    assert result["repeats_skipped"] == 1 and result["kernels"]["gemm"] == [{"time_s": 1.0}]
+    assert runner.run(tasks, deadline_s=10.0)["kernels"]["gemm"] == [{"time_s": 1.0, "rounds": 2}]
 
 
 @pytest.mark.skipif(

@@ -35,6 +35,7 @@ from simhpc.costs.opnames import (
     ATTENTION_OPS,
     COMPOSITE,
     DTYPES,
+    HELPERS,
     RECURRENT_OPS,
     TRANSCENDENTAL,
     UNCOVERED,
@@ -387,10 +388,6 @@ def _contiguous_run(shape: list[int], strides: Any) -> int:
             return run
         run *= size
     return total
-
-
-HELPERS = names("zero fill copy empty resize")
-"""Child ops a kernel-bearing op runs beside its own work (zeroing an output, a bias copy)."""
 
 
 def _delegates(op: str, kind: str, child: str) -> bool:

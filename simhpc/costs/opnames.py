@@ -91,6 +91,9 @@ COMPOSITE = names("""
 """Ops whose work usually happens in child ops (``relu`` in ``clamp_min``, ``zero_`` in ``fill_``,
 ``mean`` in ``sum`` and ``div_``); with children they carry no kernel of their own. So does any
 op with a child of its own name (a redispatch: ``div_`` in ``div_``)."""
+HELPERS = names("zero fill copy empty resize")
+"""Child ops a kernel-bearing op runs beside its own work (zeroing an output, a bias copy): a child
+of the parent's kind that is not one of these does the parent's work."""
 POOL_OPS = names("""
     max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward
 """)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -140,9 +141,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     partial(hashprobe.measure_hash, variant, size, repeats),
                 )
             )
-    if not quick:
-        repeats_of = [t for t in tasks if t.section == "gemm" and " torch " in f" {t.label} "]
-        tasks += [Task(t.section, t.label, t.call, again=True) for _ in range(ROUNDS - 1) for t in repeats_of]
+    repeats_of = [t for t in tasks if t.section == "gemm" and " torch " in f" {t.label} "]
     if gemm.torch_available():  # one round: narrow products by operand layout
         for t in threads:
             for m, n, k, layout in gemm.layout_shapes(quick):
@@ -153,21 +152,34 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     half_budget = budget if quick else gemm.HALF_BUDGET
                     call = partial(gemm.measure_gemm, 1, m, n, k, dtype, t, half_budget, "torch", layout)
                     tasks.append(Task("gemm", f"gemm torch {dtype} {t}t 1x{m}x{n}x{k} {layout}", call))
+    if not quick:  # last, so that a run short of time drops repeats, never a point
+        tasks += [Task(t.section, t.label, t.call, again=True) for _ in range(ROUNDS - 1) for t in repeats_of]
     return tasks
 
 
-def run(tasks: list[Task], progress: Progress | None = None) -> dict[str, Any]:
-    """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...}}``.
+def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None) -> dict[str, Any]:
+    """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...},
+    "repeats_skipped": n}``.
 
-    ``progress(label)`` is called before each task.
+    ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
+    run should end; a repeat (``again``) that its first round's duration says would end later is
+    skipped (the first round's measurement stands).
     """
     kernels: dict[str, list[dict[str, Any]]] = {}
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
+    took: dict[str, float] = {}
+    skipped = 0
+    start = time.perf_counter()
     for task in tasks:
         if progress:
             progress(task.label)
+        if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
+            skipped += 1
+            continue
+        began = time.perf_counter()
         row = task.call()
+        took.setdefault(task.label, time.perf_counter() - began)
         if task.section == "probes":
             probes[task.label] = row
         elif task.again:
@@ -180,4 +192,4 @@ def run(tasks: list[Task], progress: Progress | None = None) -> dict[str, Any]:
         else:
             first[task.label] = row
             kernels.setdefault(task.section, []).append(row)
-    return {"kernels": kernels, "probes": probes}
+    return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped}
