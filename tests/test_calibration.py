@@ -38,6 +38,7 @@ from simhpc.costs.kernels import (
     Stencil,
 )
 from simhpc.costs.model import ConstantEfficiency, CostModel
+from simhpc.costs.opmap import kernel_for
 from simhpc.hardware import builtin_catalog
 from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
 
@@ -791,3 +792,15 @@ def test_small_framework_ops_run_at_their_smallest_sizes_rate_above_the_dispatch
     assert efficiency.host_time(tiny, 1) == pytest.approx(floor)
     numpy = CalibratedEfficiency(load_calibration(COMMITTED), blas="numpy")
     assert numpy.host_time(tiny, 1) < floor / 10  # the C kernel of a simulated node pays no dispatch
+
+
+def test_traced_indexed_ops_use_their_own_points() -> None:
+    """A gather of the shape the committed calibration measured is predicted at that point's time
+    (the C ``add`` kernel would give a fraction of it: ATen's indexed loops are slower)."""
+    cal = load_calibration(COMMITTED)
+    row = next(r for r in cal.rows("framework") if r["op"] == "gather" and r["threads"] == 1
+               and r["input"][2] == 8192)
+    kernel = kernel_for("aten::gather", "elementwise", [[8192, 256], [], [8192, 256], []],
+                        ["float", "Scalar", "long int", "Scalar"], [], False).kernel
+    assert kernel.bytes() == row["bytes"]
+    assert CalibratedEfficiency(cal, blas="torch").host_time(kernel, 1) == pytest.approx(row["time_s"], rel=0.05)

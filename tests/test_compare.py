@@ -138,6 +138,14 @@ def test_helper_children_leave_the_parent_its_work() -> None:
     assert isinstance(norm.kernel, Elementwise)
 
 
+def test_an_embeddings_backward_counts_its_whole_weight_gradient() -> None:
+    """``embedding_dense_backward(grad, indices, num_weights, ...)`` zeroes and writes the
+    num_weights x width gradient, not only the rows it reads."""
+    kernel = _kernel("aten::embedding_dense_backward", [[64, 128, 256], [64, 128], [], [], []],
+                     ["float", "long int", "Scalar", "Scalar", "Scalar"], ["", "", "20000", "-1", "False"])
+    assert kernel.bytes() == 4 * (64 * 128 * 256 + 20000 * 256)
+
+
 def test_elementwise_dtype_is_the_largest_tensors() -> None:
     """AdamW's ``mul`` of a 0-dim ``double`` step size by ``float`` moments runs in fp32."""
     assert _kernel("aten::mul", [[], [20000, 256], [20000, 256]], ["double", "float", "float"]).dtype == "fp32"

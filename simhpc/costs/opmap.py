@@ -313,6 +313,13 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
     elif op in ("cat", "stack"):
         n = sum(_numel(s) for s, _ in tensors)
         inputs = 1
+    elif op == "embedding_dense_backward":
+        # (grad, indices, num_weights, ...): the whole weight gradient, num_weights x width, is
+        # zeroed and written besides the gradient rows read
+        grad = tensors[0][0]
+        rows = _int_list(concrete[2] if len(concrete) > 2 else "", [0])[0]
+        n = _numel(grad) + max(0, rows) * (grad[-1] if grad else 1)
+        inputs = 0
     flops = 10.0 if op in TRANSCENDENTAL else 1.0
     return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
 

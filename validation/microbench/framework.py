@@ -21,6 +21,13 @@
   here, far below a streaming pass over the same bytes (a ResNet-like trace's batch-norm forward
   took 6x the C-kernel estimate).
 
+- **Indexed ops**, the lookups and scatters of embeddings and of ``gather``-style code:
+  ``index_select`` (an embedding's forward), ``embedding_dense_backward``, ``gather``,
+  ``scatter_add_`` and ``index_add_``, on fp32 rows of 256 (an embedding table of 20000 rows,
+  20 MB) with 512 and 8192 int64 indices. ATen runs them as per-element loops with index loads
+  (and sorts the indices of an embedding's backward), several times slower than a stream over
+  the same bytes.
+
 ``bytes`` counts what the op reads and writes, int64 indices included, as
 :func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
 (:class:`simhpc.costs.kernels.FrameworkOp`). Skipped without torch.
@@ -56,6 +63,10 @@ SOFTMAX_ROW = 128
 NORMS = ("native_batch_norm", "native_batch_norm_backward")
 NORM_SHAPES = ((64, 16, 8, 8), (64, 32, 16, 16), (64, 64, 32, 32))
 """Activations batch-normalised: 256 KiB, 2 MiB and 16 MiB (distinct sizes: one curve by bytes)."""
+INDEXED = ("index_select", "embedding_dense_backward", "gather", "scatter_add", "index_add")
+INDEXED_COUNTS = (512, 8192)
+"""Indices per call (rows looked up or scattered into a 20000 x 256 table)."""
+INDEXED_ROWS, INDEXED_WIDTH = 20000, 256
 QUICK_POOL_SIDES = (16,)
 QUICK_RANDOM_BYTES = (1 << 20,)
 
@@ -173,9 +184,6 @@ def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], i
     """A training-mode batch-norm call on ``shape`` and the bytes ``kernel_for`` counts for the traced op."""
     import torch
 
-    from simhpc.costs.opmap import kernel_for
-    from simhpc.costs.opnames import classify
-
     aten = torch.ops.aten
     x = torch.randn(*shape)
     channels = shape[1]
@@ -192,10 +200,55 @@ def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], i
                        1e-5, [True, True, True])
         shapes = [list(shape), list(shape), *[per_channel] * 5, [], [], []]
         types = ["float"] * 7 + ["Scalar", "Scalar", "GenericList"]
-    kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), shapes, types, [], False).kernel
-    return call, int(kernel.bytes())
+    return call, _traced_bytes(op, shapes, types)
+
+
+def _traced_bytes(op: str, shapes: list[Any], types: list[str], concrete: list[Any] | None = None) -> int:
+    """The bytes :func:`simhpc.costs.opmap.kernel_for` counts for ``aten::op`` traced with these inputs."""
+    from simhpc.costs.opmap import kernel_for
+    from simhpc.costs.opnames import classify
+
+    kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), shapes, types, concrete or [], False).kernel
+    assert kernel is not None, op
+    return int(kernel.bytes())
 
 
 def measure_norm(op: str, shape: tuple[int, ...], threads: int, budget: Budget) -> dict:
     """Time one training-mode batch-norm pass (one of ``NORMS``) on fp32 ``shape``; a record."""
     return _record(op, *_norm_call(op, shape), threads, budget, input=list(shape))
+
+
+def _indexed_call(op: str, count: int) -> tuple[Callable[[], object], int]:
+    """An indexed op over ``count`` int64 indices into a 20000 x 256 fp32 table, and its traced bytes."""
+    import torch
+
+    aten = torch.ops.aten
+    rows, width = INDEXED_ROWS, INDEXED_WIDTH
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(rows, width, generator=generator)
+    index = torch.randint(0, rows, (count,), generator=generator)
+    values = torch.randn(count, width, generator=generator)
+    square = torch.randint(0, width, (count, width), generator=generator)  # gather / scatter along dim 1
+    long, scalar = "long int", "Scalar"
+    if op == "index_select":
+        return partial(aten.index_select, table, 0, index), _traced_bytes(
+            op, [[rows, width], [], [count]], ["float", scalar, long])
+    if op == "embedding_dense_backward":
+        return partial(aten.embedding_dense_backward, values, index, rows, -1, False), _traced_bytes(
+            op, [[count, width], [count], [], [], []], ["float", long, scalar, scalar, scalar],
+            ["", "", str(rows), "-1", "False"])
+    if op == "gather":
+        return partial(aten.gather, values, 1, square), _traced_bytes(
+            op, [[count, width], [], [count, width], []], ["float", scalar, long, scalar])
+    if op == "scatter_add":
+        target = torch.zeros(count, width)
+        return partial(target.scatter_add_, 1, square, values), _traced_bytes(
+            op, [[count, width], [], [count, width], [count, width]], ["float", scalar, long, "float"])
+    target = table.clone()
+    return partial(target.index_add_, 0, index, values), _traced_bytes(
+        "index_add", [[rows, width], [], [count], [count, width], []], ["float", scalar, long, "float", scalar])
+
+
+def measure_indexed(op: str, count: int, threads: int, budget: Budget) -> dict:
+    """Time one indexed op (one of ``INDEXED``) over ``count`` indices; a record."""
+    return _record(op, *_indexed_call(op, count), threads, budget, input=[INDEXED_ROWS, INDEXED_WIDTH, count])

@@ -15,7 +15,7 @@ from typing import Any
 from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 11
+SUITE_VERSION = 12
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -84,6 +84,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.POINTWISE_BYTES:
                     call = partial(framework.measure_pointwise, op, nbytes, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
+            for op in framework.INDEXED:
+                for count in framework.INDEXED_COUNTS[:1] if quick else framework.INDEXED_COUNTS:
+                    call = partial(framework.measure_indexed, op, count, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {count} indices", call))
             for op in framework.NORMS:
                 for shape in framework.NORM_SHAPES[:1] if quick else framework.NORM_SHAPES:
                     call = partial(framework.measure_norm, op, shape, t, budget)
