@@ -1,4 +1,4 @@
-"""Framework ops with no BLAS or streaming analogue, through torch: windowed pooling and random fills.
+"""Framework ops timed through torch: windowed pooling, random fills, ATen pointwise, batch norm, indexed ops.
 
 - **Pooling**, the ATen ops a CNN's trace shows: ``max_pool2d_with_indices`` (3x3, stride 2,
   padding 1: the ResNet stem's) and its backward, ``avg_pool2d`` (2x2, stride 2) and its backward,
