@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from simhpc.costs.calibration_file import Calibration, CalibrationError, build_calibration
@@ -22,7 +22,7 @@ MEASUREMENT_FIELDS = frozenset(
 """Row fields that are measurements, not the point's identity (nor are rates, ``*_per_s``)."""
 
 
-def _identity(row: dict[str, Any]) -> str:
+def row_identity(row: dict[str, Any]) -> str:
     """What a row measured (its shape, op, threads...), as a canonical string."""
     return json.dumps(
         {key: value for key, value in row.items() if key not in MEASUREMENT_FIELDS and not key.endswith("_per_s")},
@@ -30,8 +30,28 @@ def _identity(row: dict[str, Any]) -> str:
     )
 
 
-def _seconds(row: dict[str, Any]) -> float:
+def row_seconds(row: dict[str, Any]) -> float:
+    """A row's measured seconds (``latency_s`` for pointer-chase rows, else ``time_s``)."""
     return float(row["latency_s"] if "latency_s" in row and "time_s" not in row else row["time_s"])
+
+
+def fastest_rows(measurements: Iterable[Mapping[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per section, one row per point: the fastest of the ``measurements`` (``kernels`` sections,
+    in order; a point measured by only some keeps what it has, first-seen order)."""
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    for sections in measurements:
+        for section, rows in sections.items():
+            fastest = kernels.setdefault(section, [])
+            where = {row_identity(row): i for i, row in enumerate(fastest)}
+            for row in rows:
+                identity = row_identity(row)
+                i = where.get(identity)
+                if i is None:
+                    where[identity] = len(fastest)
+                    fastest.append(dict(row))
+                elif row_seconds(row) < row_seconds(fastest[i]):
+                    fastest[i] = dict(row)
+    return kernels
 
 
 def merge_calibrations(calibrations: Sequence[Calibration], created: str | None = None) -> dict[str, Any]:
@@ -52,19 +72,7 @@ def merge_calibrations(calibrations: Sequence[Calibration], created: str | None 
             raise CalibrationError(
                 f"{other.source}: microbenchmark suite version differs from {first.source}'s ({suite}); not merged"
             )
-    kernels: dict[str, list[dict[str, Any]]] = {}
-    for calibration in calibrations:
-        for section, rows in calibration.data["kernels"].items():
-            fastest = kernels.setdefault(section, [])
-            where = {_identity(row): i for i, row in enumerate(fastest)}
-            for row in rows:
-                identity = _identity(row)
-                i = where.get(identity)
-                if i is None:
-                    where[identity] = len(fastest)
-                    fastest.append(dict(row))
-                elif _seconds(row) < _seconds(fastest[i]):
-                    fastest[i] = dict(row)
+    kernels = fastest_rows(calibration.data["kernels"] for calibration in calibrations)
     probes = {
         "clock": max((c.data["probes"].get("clock") or {} for c in calibrations), key=lambda p: p.get("clock_hz", 0)),
         "fma": max((c.data["probes"].get("fma") or {} for c in calibrations), key=lambda p: p.get("flops_per_s", 0)),

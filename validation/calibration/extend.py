@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration  # noqa: E402
-from simhpc.costs.calibration_merge import _identity  # noqa: E402
+from simhpc.costs.calibration_merge import fastest_rows, row_identity, row_seconds  # noqa: E402
 from simhpc.hardware.host import detect_host  # noqa: E402
 from validation.microbench import runner  # noqa: E402
 
@@ -59,26 +59,19 @@ def main() -> None:
     if not tasks:
         sys.exit(f"error: no task label starts with {' or '.join(map(repr, args.only))}")
     start = time.perf_counter()
-    measured: dict[str, list[dict]] = {}
-    for _ in range(max(1, args.rounds)):  # this machine's speed drifts: the fastest of N rounds
-        for section, rows in runner.run(tasks)["kernels"].items():
-            fastest = {_identity(row): row for row in measured.get(section, [])}
-            for row in rows:
-                kept = fastest.get(_identity(row))
-                if kept is None or row["time_s"] < kept["time_s"]:
-                    fastest[_identity(row)] = row
-            measured[section] = list(fastest.values())
+    # this machine's speed drifts: the fastest of N rounds
+    measured = fastest_rows(runner.run(tasks)["kernels"] for _ in range(max(1, args.rounds)))
     wall = time.perf_counter() - start
     kernels = {section: list(rows) for section, rows in calibration.data["kernels"].items()
                if not (args.replace and section in measured)}
     for section, rows in measured.items():
         kept = kernels.setdefault(section, [])
-        where = {_identity(row): i for i, row in enumerate(kept)}
+        where = {row_identity(row): i for i, row in enumerate(kept)}
         for row in rows:
-            i = where.get(_identity(row))
+            i = where.get(row_identity(row))
             if i is None:
                 kept.append(row)
-            elif not (args.keep_fastest and kept[i]["time_s"] <= row["time_s"]):
+            elif not (args.keep_fastest and row_seconds(kept[i]) <= row_seconds(row)):
                 kept[i] = row
     microbench = dict(calibration.data.get("microbench") or {})
     created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
