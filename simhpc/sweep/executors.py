@@ -145,11 +145,8 @@ class LocalExecutor(SweepExecutor):
             context.set_forkserver_preload(["simhpc.sweep.warm"])
             # Started with SIGINT ignored, the server and the workers it forks never see Ctrl-C
             # (which is the sweep's to handle), not even while they import.
-            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
+            with _interrupts_held(ignore_ctrl_c=True):
                 forkserver.ensure_running()
-            finally:
-                signal.signal(signal.SIGINT, handler)
         try:
             with _interrupts_held(ignore_ctrl_c=self.start_method == "spawn"):
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=context,
@@ -224,17 +221,18 @@ class DaskExecutor(SweepExecutor):
             return self
         # Ctrl-C is the sweep's to handle: worker processes started while SIGINT is ignored keep
         # ignoring it (else each prints its traceback and the sweep loses the runs in flight).
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            self._cluster = distributed.LocalCluster(
-                n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None)
-            self._client = distributed.Client(self._cluster)
+            with _interrupts_held(ignore_ctrl_c=True):
+                self._cluster = distributed.LocalCluster(
+                    n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address=None)
+                self._client = distributed.Client(self._cluster)
         except (OSError, RuntimeError, TimeoutError) as error:
             self.__exit__(type(error))
             raise SweepError(f"cannot start a Dask LocalCluster: {error}") from None
-        finally:
-            signal.signal(signal.SIGINT, handler)
+        except KeyboardInterrupt:  # a SIGTERM held while the cluster started
+            self.__exit__(KeyboardInterrupt)
+            raise
         return self
 
     def __exit__(self, kind: object, *rest: object) -> None:
