@@ -73,9 +73,8 @@ def _bad_shape(shapes: list[Any]) -> Any:
         for candidate in nested:
             if not isinstance(candidate, list) or not candidate:
                 continue
-            if any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIM for d in candidate):
-                return candidate
-            if math.prod(candidate) > MAX_DIM:
+            if (any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIM for d in candidate)
+                    or math.prod(candidate) > MAX_DIM):
                 return candidate
     return None
 
