@@ -561,6 +561,19 @@ def test_microbench_rounds_keep_the_faster_measurement() -> None:
         assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if not t.again)
 
 
+def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
+    """A write into freshly mapped memory takes longer than into touched memory, by a per-page
+    cost of the order of a page fault (a microsecond, not a nanosecond or a millisecond)."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    pages, timing, runner = (load_submodule(name) for name in ("pages", "timing", "runner"))
+    row = pages.measure_first_touch(1, timing.QUICK)
+    assert row["pages"] * row["page_bytes"] == row["bytes"] >= 32 << 20
+    assert 1e-8 < row["time_s"] / row["pages"] < 1e-4
+    labels = [t.label for t in runner.plan(2, 32 << 20, quick=True) if t.section == "first_touch"]
+    assert labels == [f"first touch {t}t {64 << 20} B" for t in (1, 2)]
+
+
 def test_microbench_repeats_give_way_to_the_deadline() -> None:
     """A repeat its first round says would end past the deadline is skipped; the point stays."""
     from simhpc.costs.benchsuite import load_submodule

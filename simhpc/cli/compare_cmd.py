@@ -87,6 +87,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"({100 * outside / comparison.measured_step_s:.1f} % of it: Python and framework time between "
             "ops, measured but not predicted)"
         )
+    if comparison.first_touch_step_s > 0:
+        fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
+        console.print(
+            f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
+            f"{fresh} ops writing tensors of 32 MiB or more, which malloc maps afresh (in the ops' predictions)"
+        )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")

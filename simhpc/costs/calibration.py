@@ -231,6 +231,8 @@ class CalibratedEfficiency:
             streams[("framework", row["op"], row["dtype"], str(row["threads"]))].append(
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
+        self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
+        self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
         self._cheapest_call: dict[str, float] = {}
         """Threads -> the fastest measured ATen call (a framework op or a torch product)."""
         aten = [row for row in cal.rows("gemm") if row.get("blas") == "torch"] + list(cal.rows("framework"))
@@ -465,6 +467,13 @@ class CalibratedEfficiency:
         """The cheapest measured ATen call on ``threads`` cores (0 without torch points)."""
         blend = self._thread_blend(sorted(int(t) for t in self._cheapest_call), threads)
         return sum(w * self._cheapest_call[str(t)] for t, w in blend)
+
+    def first_touch_s(self, nbytes: float, threads: int) -> float:
+        """Seconds the page faults of a first write into ``nbytes`` of freshly mapped memory take
+        on ``threads`` cores (0 without ``first_touch`` points)."""
+        blend = self._thread_blend(sorted(self._page_fault_s), threads)
+        pages = math.ceil(nbytes / self._page_bytes)
+        return pages * sum(w * self._page_fault_s[t] for t, w in blend)
 
     def _kernel_time(self, kernel: Kernel, threads: int) -> float | None:
         if isinstance(kernel, Attention):

@@ -25,6 +25,7 @@ from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
+from simhpc.trace.fresh_memory import fresh_writes
 from simhpc.trace.readers import OpRecord, Trace
 
 FRAMEWORK_KINDS = (
@@ -55,6 +56,9 @@ class OpPrediction:
     predicted_s: float
     modelled: bool
     reason: str = ""
+    first_touch_s: float = 0.0
+    """Of ``predicted_s``: the page faults of its first write into freshly mapped memory
+    (:mod:`simhpc.trace.fresh_memory`)."""
 
     @property
     def error_pct(self) -> float:
@@ -90,6 +94,11 @@ class Comparison:
         return 100.0 * (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
 
     @property
+    def first_touch_step_s(self) -> float:
+        """Predicted page-fault time per step (part of ``predicted_step_s``)."""
+        return sum(p.first_touch_s for p in self.predictions) / max(1, self.steps)
+
+    @property
     def ops_total(self) -> int:
         return len(self.predictions)
 
@@ -119,6 +128,7 @@ class Comparison:
             "predicted_step_s": self.predicted_step_s,
             "total_error_pct": self.step_error_pct,
             "outside_ops_s": self.outside_ops_s,
+            "first_touch_s": self.first_touch_step_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
@@ -189,7 +199,21 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, f"cost model: {error}"))
             continue
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
+    _add_first_touch(trace, predictions, model, threads)
     return predictions
+
+
+def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int) -> None:
+    """Charge each op the page faults of the freshly mapped memory it writes first."""
+    first_touch = getattr(model.efficiency, "first_touch_s", None)
+    if first_touch is None:
+        return
+    carrying = {p.op.index: p for p in predictions if p.kernel is not None}
+    fresh = fresh_writes(trace, {index: p.kernel for index, p in carrying.items() if p.kernel is not None})
+    for index, nbytes in fresh.items():
+        prediction = carrying[index]
+        prediction.first_touch_s = first_touch(nbytes, threads)
+        prediction.predicted_s += prediction.first_touch_s
 
 
 def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) -> Comparison:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import conv, framework, gemm, hashprobe, latency, permute, stencil, streams
+from . import conv, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 12
+SUITE_VERSION = 13
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -125,6 +125,9 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
             for size in permute.QUICK_TENSOR_BYTES if quick else permute.TENSOR_BYTES:
                 call = partial(permute.measure_permute, run, size, t, budget)
                 tasks.append(Task("permute", f"permute copy {t}t run {run} {size} B", call))
+    for t in threads:
+        call = partial(pages.measure_first_touch, t, budget)
+        tasks.append(Task("first_touch", f"first touch {t}t {pages.FIRST_TOUCH_BYTES} B", call))
     for size in latency.chase_sizes(llc_bytes, quick):
         tasks.append(Task("latency", f"pointer chase {size} B", partial(latency.measure_chase, size, repeats)))
     for t in threads:
@@ -167,8 +170,10 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
 
     ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
     run should end; a repeat (``again``) that its first round's duration says would end later is
-    skipped (the first round's measurement stands).
+    skipped (the first round's measurement stands). glibc's malloc is told to keep freed memory
+    first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
+    pages.keep_freed_memory()
     kernels: dict[str, list[dict[str, Any]]] = {}
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}

@@ -11,15 +11,16 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
-``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16`` captures the extra models (``EXTRA_MODELS``),
-whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast).
+``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224`` captures the extra models
+(``EXTRA_MODELS``), whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast;
+``cnn224``: ImageNet-sized activations, written into freshly mapped memory every step).
 
 The package never imports torch; only this script does. It re-executes itself with glibc's malloc
 told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
 CPU tuning guides advise (they suggest jemalloc or tcmalloc to the same end): otherwise large op
 outputs keep coming fresh from the kernel, and on this VM their first-touch page faults (about
-5 us per 4 KiB page) cost more than the ops themselves. The cost model does not model page faults.
-"""
+5 us per 4 KiB page) cost more than the ops themselves. Blocks of 32 MiB or more are mapped afresh
+whatever the settings; ``simhpc compare`` charges their page faults (``simhpc.trace.fresh_memory``)."""
 
 from __future__ import annotations
 
@@ -163,8 +164,23 @@ def mlp_bf16() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor
     return model, lambda: (x, y), nn.functional.mse_loss
 
 
+def cnn224() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a ResNet stem at ImageNet resolution (7x7 stride-2 conv, batch norm,
+    ReLU, 3x3 stride-2 max pool), a 3x3 conv-BN-ReLU, global average pooling and a linear head, on
+    16 x 3 x 224 x 224 images: its 51 MB activations are above glibc's largest mmap threshold, so
+    every step writes them into freshly mapped memory (``simhpc.trace.fresh_memory``)."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.MaxPool2d(3, stride=2, padding=1), nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64),
+        nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    )
+    x, y = torch.randn(16, 3, 224, 224), torch.randint(0, 10, (16,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
-EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16}
+EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16,
+                "cnn224": cnn224}
 """Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 

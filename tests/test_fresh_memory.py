@@ -1,0 +1,142 @@
+"""First writes into freshly mapped memory: which traced op pays the page faults, and how much."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simhpc.cli.main import main
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, host_specs, validate
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import compare_trace
+from simhpc.trace.fresh_memory import FRESH_BLOCK_BYTES
+from simhpc.trace.readers import parse_trace
+
+PER_PAGE_S = 3e-6
+LARGE = [16, 64, 112, 112]  # 51 MB of fp32: above glibc's largest mmap threshold
+SMALL = [16, 64, 56, 56]  # 12.8 MB: from the heap
+
+
+def _calibration_data(first_touch: bool = True) -> dict:
+    """The committed calibration, with first-touch points of ``PER_PAGE_S`` a page (or none)."""
+    data = json.loads(Path(COMMITTED_CALIBRATION).read_text(encoding="utf-8"))
+    data["kernels"].pop("first_touch", None)
+    if first_touch:
+        data["kernels"]["first_touch"] = [
+            {"threads": t, "bytes": 64 << 20, "pages": 16384, "page_bytes": 4096, "time_s": 16384 * PER_PAGE_S}
+            for t in (1, 2)
+        ]
+    return data
+
+
+def _calibration(first_touch: bool = True) -> CalibratedEfficiency:
+    return CalibratedEfficiency(validate(_calibration_data(first_touch), "cal.json"), blas="torch")
+
+
+def _op(name: str, ts: float, dur: float, dims: list, types: list | None = None, concrete: list | None = None) -> dict:
+    return {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op",
+            "args": {"Input Dims": dims, "Input type": types or ["float"] * len(dims),
+                     "Concrete Inputs": concrete or [""] * len(dims)}}
+
+
+def _predictions(events: list[dict], first_touch: bool = True) -> dict[str, list]:
+    step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100_000,
+            "cat": "user_annotation"}
+    trace = parse_trace({"traceEvents": [step, *events]}, "mem.json")
+    efficiency = _calibration(first_touch)
+    cpu, _ = host_specs(efficiency.calibration)
+    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    by_name: dict[str, list] = {}
+    for prediction in comparison.predictions:
+        by_name.setdefault(prediction.op.name, []).append(prediction)
+    return by_name
+
+
+def _pages(shape: list[int], element_bytes: int = 4) -> int:
+    elements = 1
+    for size in shape:
+        elements *= size
+    return -(-elements * element_bytes // 4096)
+
+
+def test_an_op_writing_a_large_fresh_output_pays_a_fault_per_page() -> None:
+    by_name = _predictions([
+        _op("aten::relu", 10, 40_000, [LARGE]),
+        _op("aten::clamp_min", 11, 39_000, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::relu", 50_000, 9_000, [SMALL]),
+        _op("aten::clamp_min", 50_001, 8_900, [SMALL, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::relu_", 60_000, 9_000, [LARGE]),  # in place: writes memory it already has
+        _op("aten::clamp_min_", 60_001, 8_900, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+    ])
+    large, small = by_name["aten::clamp_min"]
+    assert large.first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert small.first_touch_s == 0 and by_name["aten::clamp_min_"][0].first_touch_s == 0
+    assert by_name["aten::relu"][0].first_touch_s == 0  # the wrapper carries no kernel
+    in_place = by_name["aten::clamp_min_"][0]
+    assert large.predicted_s == pytest.approx(in_place.predicted_s + large.first_touch_s)
+    assert _pages(SMALL) * 4096 < FRESH_BLOCK_BYTES <= _pages(LARGE) * 4096
+
+
+def test_the_first_in_place_writer_of_an_allocation_pays() -> None:
+    """``zeros`` allocates and its ``fill_`` writes; a pooling backward's gradient is first written
+    by the ``zero_`` it starts with; ``addmm``'s output by the copy of its bias."""
+    m, n, k = 4096, 4096, 64  # a 64 MiB product
+    size = json.dumps(LARGE)
+    by_name = _predictions([
+        _op("aten::zeros", 10, 5_000, [[], [], [], [], []], None, [size, "6", "", "", ""]),
+        _op("aten::empty", 11, 10, [[], [], [], [], [], []], None, [size, "6", "", "", "", ""]),
+        _op("aten::zero_", 30, 4_900, [LARGE]),
+        _op("aten::fill_", 31, 4_800, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::max_pool2d_with_indices_backward", 10_000, 9_000,
+            [SMALL, LARGE, [], [], [], [], [], SMALL],
+            ["float", "float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar", "long int"],
+            ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False", ""]),
+        _op("aten::zero_", 10_001, 3_000, [LARGE]),
+        _op("aten::fill_", 10_002, 2_900, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::addmm", 20_000, 30_000, [[n], [m, k], [k, n], [], []],
+            ["float", "float", "float", "Scalar", "Scalar"]),
+        _op("aten::copy_", 20_001, 5_000, [[m, n], [m, n], []], ["float", "float", "Scalar"]),
+    ])
+    first_zeros, pool_zeros = by_name["aten::fill_"]
+    assert first_zeros.first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert pool_zeros.first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert by_name["aten::max_pool2d_with_indices_backward"][0].first_touch_s == 0
+    assert by_name["aten::copy_"][0].first_touch_s == pytest.approx(_pages([m, n]) * PER_PAGE_S)
+    assert by_name["aten::addmm"][0].first_touch_s == 0
+
+
+@pytest.mark.parametrize(("mask", "charged"), [("[True, True, False]", True), ("[False, True, False]", False)])
+def test_a_convolution_backward_pays_for_its_input_gradient_only_if_it_computes_one(mask: str, charged: bool) -> None:
+    dims = [[16, 64, 112, 112], LARGE, [64, 64, 3, 3], [], [], [], [], [], [], [], []]
+    concrete = ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", mask]
+    types = ["float"] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
+    by_name = _predictions([_op("aten::convolution_backward", 10, 90_000, dims, types, concrete)])
+    expected = _pages(LARGE) * PER_PAGE_S if charged else 0.0
+    assert by_name["aten::convolution_backward"][0].first_touch_s == pytest.approx(expected)
+
+
+def test_without_first_touch_points_no_faults_are_charged() -> None:
+    by_name = _predictions([_op("aten::clamp_min", 11, 39_000, [LARGE, []], ["float", "Scalar"], ["", "0"])],
+                           first_touch=False)
+    assert by_name["aten::clamp_min"][0].first_touch_s == 0
+
+
+def test_the_report_states_the_page_faults_it_predicts(tmp_path: Path) -> None:
+    step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100_000,
+            "cat": "user_annotation"}
+    trace = tmp_path / "large.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        step, _op("aten::clamp_min", 11, 39_000, [LARGE, []], ["float", "Scalar"], ["", "0"])]}))
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(_calibration_data()))
+    arguments = ["compare", str(trace), "--threads", "1", "--calibration", str(calibration)]
+    runner = CliRunner()
+    text = runner.invoke(main, [*arguments, "-o", str(tmp_path / "report")])
+    assert text.exit_code == 0, text.output
+    assert "first touch:" in text.output
+    summary = json.loads(runner.invoke(main, [*arguments, "--json"], catch_exceptions=False).stdout)
+    assert summary["first_touch_s"] == pytest.approx(_pages(LARGE) * PER_PAGE_S)

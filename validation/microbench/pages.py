@@ -1,0 +1,67 @@
+"""First touch of fresh memory: what a page fault costs, and an allocator that never causes one.
+
+A tensor's first write into memory the kernel has just mapped takes a page fault per 4 KiB page
+(the kernel zeroes the page and maps it; under a hypervisor the guest's fault may take the host's
+too). glibc's malloc serves every block of 32 MiB or more (its largest mmap threshold on 64-bit,
+mallopt(3)) with a fresh ``mmap`` and unmaps it when freed, so a PyTorch op whose output is that
+large pays those faults on every call. ``measure_first_touch`` times them: STREAM copy into a
+freshly mapped 64 MiB buffer, less the same copy into it once touched, per page.
+
+``keep_freed_memory`` turns mmap off in glibc's malloc and keeps freed memory in the heap
+(``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` 2 GiB): the microbenchmarks then time kernels, not
+page faults. Without it a point's time depended on what the process had freed before (a
+convolution writing a 33 MiB output measured 57 ms, 41 ms of them page faults; a 16 MiB batch
+norm backward 5.6 ms in one process and 100 ms in another).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+
+import numpy as np
+
+from .native import library
+from .timing import Budget, summarize
+
+PAGE_BYTES = mmap.PAGESIZE
+FIRST_TOUCH_BYTES = 64 << 20
+"""Buffer written fresh: 16384 pages, above glibc's largest mmap threshold as PyTorch's are."""
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # malloc.h
+KEPT_BYTES = 2**31 - 1
+"""Free memory the heap keeps (mallopt takes an int)."""
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc serve every block from the heap and keep what is freed (no page
+    faults after the first use of the memory); False where the C library is not glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, KEPT_BYTES))
+
+
+def measure_first_touch(threads: int, budget: Budget) -> dict:
+    """Seconds the first write into a freshly mapped buffer takes beyond a write into touched memory."""
+    n = FIRST_TOUCH_BYTES // 8
+    source = np.ones(n)
+    lib = library()
+    extra: list[float] = []
+    for _ in range(max(budget.repeats, 5)):
+        region = mmap.mmap(-1, FIRST_TOUCH_BYTES)  # anonymous, private: unmapped pages
+        target = np.frombuffer(region, dtype=np.float64)
+        fresh = lib.bw_copy(source.ctypes.data, target.ctypes.data, n, 1, threads)
+        warm = lib.bw_copy(source.ctypes.data, target.ctypes.data, n, 1, threads)
+        extra.append(max(1e-9, fresh - warm))
+        del target
+        region.close()
+    result = summarize(extra, 1)
+    pages = FIRST_TOUCH_BYTES // PAGE_BYTES
+    return {"threads": threads, "bytes": FIRST_TOUCH_BYTES, "pages": pages, "page_bytes": PAGE_BYTES, **result.row()}
