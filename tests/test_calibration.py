@@ -749,6 +749,8 @@ def test_traced_pointwise_ops_use_the_frameworks_own_points() -> None:
     assert numpy_model.duration(gelu, cpu, 1) != pytest.approx(gelu.bytes() / gelu_rate, rel=0.05)
     add = Elementwise(dtype="fp32", n=1 << 20, op="add")
     assert torch_model.duration(add, cpu, 1) == pytest.approx(numpy_model.duration(add, cpu, 1))
+    foreach = dataclasses.replace(gelu, op="_foreach_gelu")  # the same per-tensor kernel over a list
+    assert torch_model.duration(foreach, cpu, 1) == pytest.approx(torch_model.duration(gelu, cpu, 1))
 
 
 def test_recurrent_layer_is_its_products_and_gates(cal_path: Path) -> None:
@@ -771,25 +773,47 @@ def test_recurrent_layer_is_its_products_and_gates(cal_path: Path) -> None:
     assert extra == pytest.approx(cold.host_time(projection, 1) - efficiency.host_time(projection, 1), rel=1e-6)
 
 
-def test_traced_batch_norm_is_timed_from_its_own_points() -> None:
-    """The committed calibration measured ATen's training-mode batch norm; a traced one of the
-    same bytes takes the measured time (ATen ran it at 3-5 GB/s, far below a streaming pass)."""
+def _traced_norm(op: str, shape: list[int]) -> tuple[list[list[int]], list[str]]:
+    """Input Dims and Input type torch records for a normalisation op on ``shape``."""
+    if op == "native_batch_norm":
+        return [shape, *[[shape[1]]] * 4, [], [], []], ["float"] * 5 + ["Scalar"] * 3
+    width = shape[-1]
+    return [shape, [], [width], [width], []], ["float", "ScalarList", "float", "float", "Scalar"]
+
+
+@pytest.mark.parametrize(("op", "slowdown"), [("native_batch_norm", 0.5), ("native_layer_norm", 0.9)])
+def test_traced_normalisation_is_timed_from_its_own_points(op: str, slowdown: float) -> None:
+    """The committed calibration measured ATen's training-mode batch norm and its layer norm; a
+    traced one of the same bytes takes the measured time (ATen ran the batch norm at 3-5 GB/s, far
+    below a streaming pass over the same bytes, and the layer norm below it too)."""
     from simhpc.costs.opmap import kernel_for
     from simhpc.costs.opnames import classify
 
     cal = load_calibration()
     cpu, _ = host_specs(cal)
     model = CostModel(CalibratedEfficiency(cal, blas="torch"))
-    rows = [r for r in cal.rows("framework") if r["op"] == "native_batch_norm" and r["threads"] == 1]
+    rows = [r for r in cal.rows("framework") if r["op"] == op and r["threads"] == 1]
     assert len(rows) == 3
     for row in rows:
-        shape = row["input"]
-        traced = kernel_for("aten::native_batch_norm", classify("aten::native_batch_norm"),
-                            [shape, *[[shape[1]]] * 4, [], [], []], ["float"] * 5 + ["Scalar"] * 3, [], False)
+        traced = kernel_for(f"aten::{op}", classify(f"aten::{op}"), *_traced_norm(op, row["input"]), [], False)
         assert traced.kernel is not None and traced.kernel.bytes() == row["bytes"]
         assert model.duration(traced.kernel, cpu, 1) == pytest.approx(row["time_s"], rel=1e-6)
         streaming = CostModel(CalibratedEfficiency(cal, blas="numpy")).duration(traced.kernel, cpu, 1)
-        assert streaming < 0.5 * row["time_s"]
+        assert streaming < slowdown * row["time_s"]
+
+
+def test_traced_square_root_runs_at_atens_measured_rate() -> None:
+    """ATen's ``sqrt`` (Adam's denominator) is measured: it runs at a fraction of a memory-bound
+    ``mul``'s rate, which the C ``add`` kernel's curve stood in for before."""
+    cal = load_calibration()
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal, blas="torch"))
+    n = 1 << 20  # 4 MiB, a measured size
+    sqrt = Elementwise(dtype="fp32", n=n, op="sqrt", flops_per_element=10.0, inputs=1, outputs=1)
+    row = next(r for r in cal.rows("framework") if r["op"] == "sqrt" and r["threads"] == 1 and r["bytes"] == 8 * n)
+    assert model.duration(sqrt, cpu, 1) == pytest.approx(row["time_s"], rel=1e-6)
+    mul = Elementwise(dtype="fp32", n=n, op="mul", inputs=1, outputs=1)
+    assert model.duration(sqrt, cpu, 1) > 2 * model.duration(mul, cpu, 1)
 
 
 def test_small_framework_ops_run_at_their_smallest_sizes_rate_above_the_dispatch_floor() -> None:

@@ -318,9 +318,10 @@ class CalibratedEfficiency:
         C kernels' curves, for the arithmetic inside a fused kernel).
         """
         if isinstance(kernel, Elementwise):
-            if framework and self.blas == "torch" and kernel.op in self._framework_ops:
-                return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
-            op = _OP_CURVE.get(kernel.op.removesuffix("_"), "add")
+            per_tensor = kernel.op.removeprefix("_foreach_")  # a foreach op runs its per-tensor kernel on each
+            if framework and self.blas == "torch" and per_tensor in self._framework_ops:
+                return "framework", per_tensor, kernel.dtype, kernel.bytes(), kernel.bytes()
+            op = _OP_CURVE.get(per_tensor.removesuffix("_"), "add")
             return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Reduction):
             op = "max" if kernel.op.removesuffix("_") in MAX_OPS else "sum"

@@ -10,9 +10,11 @@
 
 - **Pointwise ops**, ATen's own kernels of the activations and their gradients a trace shows
   (``gelu``, ``tanh``, ``sigmoid``, ``silu`` and their backwards, ``exp``, ``threshold_backward``,
-  ``clamp_min``, ``_softmax`` over rows of 128) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB: ATen's
-  vectorised transcendental functions run at other rates than the C kernels of ``streams.py``
-  (its ``gelu`` took twice as long here). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
+  ``clamp_min``, ``_softmax`` over rows of 128) and of Adam's denominator (``sqrt``, ``rsqrt``,
+  ``log``, on positive inputs) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB: ATen's vectorised
+  transcendental functions run at other rates than the C kernels of ``streams.py`` (its ``gelu``
+  took twice as long here; its ``sqrt`` runs at about 1.5 G elements/s per core, a third of a
+  ``mul``'s rate). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
   counts for the same traced op, so a trace's op is timed from the points of its own name.
 
 - **Batch normalisation** in training mode, ``native_batch_norm`` (batch statistics, then the
@@ -20,6 +22,9 @@
   fp32 activations of 256 KiB, 2 MiB and 16 MiB: ATen's CPU kernels run them at a flat 3-5 GB/s
   here, far below a streaming pass over the same bytes (a ResNet-like trace's batch-norm forward
   took 6x the C-kernel estimate).
+- **Layer normalisation**, ``native_layer_norm`` and ``native_layer_norm_backward`` (input, weight
+  and bias gradients) over rows of 256 fp32 values, 32 KiB, 2 MiB and 16 MiB of activations: a
+  transformer trace's layer norms ran at 60 % of a streaming pass's rate.
 
 - **Indexed ops**, the lookups and scatters of embeddings and of ``gather``-style code:
   ``index_select`` (an embedding's forward), ``embedding_dense_backward``, ``gather``,
@@ -56,6 +61,7 @@ RANDOM_BYTES = (1 << 18, 1 << 22)
 POINTWISE = {  # op: its tensor arguments (x; or grad and x)
     "gelu": 1, "gelu_backward": 2, "tanh": 1, "tanh_backward": 2, "sigmoid": 1, "sigmoid_backward": 2,
     "silu": 1, "silu_backward": 2, "exp": 1, "threshold_backward": 2, "clamp_min": 1, "_softmax": 1,
+    "sqrt": 1, "rsqrt": 1, "log": 1,
 }
 """ATen pointwise ops measured, with their tensor-argument count."""
 POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
@@ -64,6 +70,9 @@ SOFTMAX_ROW = 128
 NORMS = ("native_batch_norm", "native_batch_norm_backward")
 NORM_SHAPES = ((64, 16, 8, 8), (64, 32, 16, 16), (64, 64, 32, 32))
 """Activations batch-normalised: 256 KiB, 2 MiB and 16 MiB (distinct sizes: one curve by bytes)."""
+LAYER_NORMS = ("native_layer_norm", "native_layer_norm_backward")
+LAYER_NORM_SHAPES = ((32, 256), (2048, 256), (16384, 256))
+"""Rows x width layer-normalised over the last dimension: 32 KiB, 2 MiB and 16 MiB."""
 INDEXED = ("index_select", "embedding_dense_backward", "gather", "scatter_add", "index_add")
 INDEXED_COUNTS = (512, 8192)
 """Indices per call (rows looked up or scattered into a 20000 x 256 table)."""
@@ -154,6 +163,7 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
     n = nbytes // 4
     x = torch.randn(n // SOFTMAX_ROW, SOFTMAX_ROW) if op == "_softmax" else torch.randn(n)
     grad = torch.randn_like(x)
+    positive = x.abs() + 0.5
     aten = torch.ops.aten
     calls = {
         "gelu": lambda: aten.gelu(x),
@@ -168,6 +178,9 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
         "threshold_backward": lambda: aten.threshold_backward(grad, x, 0),
         "clamp_min": lambda: aten.clamp_min(x, 0),
         "_softmax": lambda: aten._softmax(x, -1, False),
+        "sqrt": lambda: aten.sqrt(positive),
+        "rsqrt": lambda: aten.rsqrt(positive),
+        "log": lambda: aten.log(positive),
     }
     tensors = POINTWISE[op]
     shapes = [list(x.shape)] * tensors + [[]]
@@ -204,6 +217,27 @@ def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], i
     return call, _traced_bytes(op, shapes, types)
 
 
+def _layer_norm_call(op: str, shape: tuple[int, int]) -> tuple[Callable[[], object], int]:
+    """A layer-norm call over the last dimension of ``shape`` and the bytes ``kernel_for`` counts for it."""
+    import torch
+
+    aten = torch.ops.aten
+    rows, width = shape
+    x = torch.randn(rows, width)
+    weight, bias = torch.ones(width), torch.zeros(width)
+    _, mean, rstd = aten.native_layer_norm(x, [width], weight, bias, 1e-5)
+    grad = torch.randn_like(x)
+    if op == "native_layer_norm":
+        call = partial(aten.native_layer_norm, x, [width], weight, bias, 1e-5)
+        shapes = [list(shape), [], [width], [width], []]
+        types = ["float", "ScalarList", "float", "float", "Scalar"]
+    else:
+        call = partial(aten.native_layer_norm_backward, grad, x, [width], mean, rstd, weight, bias, [True, True, True])
+        shapes = [list(shape), list(shape), [], [rows, 1], [rows, 1], [width], [width], []]
+        types = ["float", "float", "ScalarList", "float", "float", "float", "float", "ScalarList"]
+    return call, _traced_bytes(op, shapes, types)
+
+
 def _traced_bytes(op: str, shapes: list[Any], types: list[str], concrete: list[Any] | None = None) -> int:
     """The bytes :func:`simhpc.costs.opmap.kernel_for` counts for ``aten::op`` traced with these inputs."""
     from simhpc.costs.opmap import kernel_for
@@ -215,8 +249,10 @@ def _traced_bytes(op: str, shapes: list[Any], types: list[str], concrete: list[A
 
 
 def measure_norm(op: str, shape: tuple[int, ...], threads: int, budget: Budget) -> dict:
-    """Time one training-mode batch-norm pass (one of ``NORMS``) on fp32 ``shape``; a record."""
-    return _record(op, *_norm_call(op, shape), threads, budget, input=list(shape))
+    """Time one normalisation pass on fp32 ``shape``: training-mode batch norm (one of ``NORMS``, on
+    ``[N, C, H, W]``) or layer norm (one of ``LAYER_NORMS``, on ``[rows, width]``); a record."""
+    call = _layer_norm_call(op, shape) if op in LAYER_NORMS else _norm_call(op, shape)  # type: ignore[arg-type]
+    return _record(op, *call, threads, budget, input=list(shape))
 
 
 def _indexed_call(op: str, count: int) -> tuple[Callable[[], object], int]:

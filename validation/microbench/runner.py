@@ -88,8 +88,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for count in framework.INDEXED_COUNTS[:1] if quick else framework.INDEXED_COUNTS:
                     call = partial(framework.measure_indexed, op, count, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {count} indices", call))
-            for op in framework.NORMS:
-                for shape in framework.NORM_SHAPES[:1] if quick else framework.NORM_SHAPES:
+            norms = [(op, framework.NORM_SHAPES) for op in framework.NORMS]
+            norms += [(op, framework.LAYER_NORM_SHAPES) for op in framework.LAYER_NORMS]
+            for op, norm_shapes in norms:
+                for shape in norm_shapes[:1] if quick else norm_shapes:
                     call = partial(framework.measure_norm, op, shape, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {'x'.join(map(str, shape))}", call))
     sizes = streams.QUICK_SIZES if quick else streams.SIZES
