@@ -381,16 +381,20 @@ TARGET_PCT = 15.0
 """The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
 
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "cnn_t1": (-0.3, 18.9),
-    "cnn_t2": (7.0, 19.4),
+    "cnn_t1": (-0.4, 18.9),
+    "cnn_t2": (2.1, 19.4),
     "mlp_t1": (0.1, 3.7),
     "mlp_t2": (-8.4, 9.2),
-    "transformer_flash_t1": (-7.8, 9.4),
+    "transformer_flash_t1": (-7.5, 9.4),
     "transformer_flash_t2": (-0.7, 6.4),
-    "transformer_t1": (-6.8, 7.1),
+    "transformer_t1": (-6.6, 7.1),
     "transformer_t2": (-0.5, 6.5),
     "mlp_bf16_t1": (18.8, 14.5),  # bf16 autocast: an extra model, its 16-bit points measured a session later
     "mlp_bf16_t2": (9.2, 15.9),
+    # an extra model with 51 MB activations, written into freshly mapped memory every step (its three
+    # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
+    "cnn224_t1": (0.6, 86.9),
+    "cnn224_t2": (-23.0, 89.2),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""
