@@ -574,6 +574,18 @@ def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     assert labels == [f"first touch {t}t {64 << 20} B" for t in (1, 2)]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_microbench_dispatch_costs_are_microseconds() -> None:
+    """The profiled self time of a view op and the gap between two Python calls: about a
+    microsecond each (a nanosecond would be a clock error, a millisecond a broken loop)."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    dispatch = load_submodule("dispatch")
+    for what in dispatch.WHAT:
+        row = dispatch.measure_dispatch(what)
+        assert row["what"] == what and row["samples"] > 1000 and 5e-8 < row["time_s"] < 1e-4
+
+
 def test_microbench_repeats_give_way_to_the_deadline() -> None:
     """A repeat its first round says would end past the deadline is skipped; the point stays."""
     from simhpc.costs.benchsuite import load_submodule

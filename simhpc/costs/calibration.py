@@ -232,6 +232,7 @@ class CalibratedEfficiency:
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
+        self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch")}
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
         self._cheapest_call: dict[str, float] = {}
         """Threads -> the fastest measured ATen call (a framework op or a torch product)."""
@@ -468,6 +469,12 @@ class CalibratedEfficiency:
         """The cheapest measured ATen call on ``threads`` cores (0 without torch points)."""
         blend = self._thread_blend(sorted(int(t) for t in self._cheapest_call), threads)
         return sum(w * self._cheapest_call[str(t)] for t, w in blend)
+
+    def framework_overhead_s(self, what: str) -> float:
+        """The profiled framework cost ``what`` (``no_kernel_op``: the self time of an op that
+        computes nothing; ``call_gap``: the time between two top-level ops called from Python);
+        0 without ``dispatch`` points."""
+        return self._dispatch_s.get(what, 0.0)
 
     def first_touch_s(self, nbytes: float, threads: int) -> float:
         """Seconds the page faults of a first write into ``nbytes`` of freshly mapped memory take

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,11 @@ class Comparison:
     predicted_step_s: float
     predictions: list[OpPrediction]
     outside_ops_s: float | None = None
-    """Median time per step inside no op (Python, the framework between ops): in the measured
-    step, never in the prediction. None without profiler steps."""
+    """Median time per step inside no op (Python, the framework between ops), measured. None
+    without profiler steps."""
+    call_gaps_s: float = 0.0
+    """Predicted time per step between top-level ops: their count times the calibration's
+    profiled gap between two ops called from Python (``call_gap``); part of ``predicted_step_s``."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
@@ -129,6 +133,7 @@ class Comparison:
             "total_error_pct": self.step_error_pct,
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
+            "call_gaps_s": self.call_gaps_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
@@ -159,7 +164,11 @@ def _op_row(prediction: OpPrediction) -> dict[str, Any]:
 
 
 def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) -> list[OpPrediction]:
-    """A prediction for every framework op of ``trace`` (within its profiler steps, if any)."""
+    """A prediction for every framework op of ``trace`` (within its profiler steps, if any).
+
+    An op that computes nothing (a view, a wrapper whose children do the work) takes the
+    calibration's profiled dispatch cost (``no_kernel_op``)."""
+    framework_overhead = _framework_overhead(model)
     predictions = []
     for op in trace.ops:
         if op.kind not in FRAMEWORK_KINDS or (trace.steps and op.step is None):
@@ -183,7 +192,8 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             unknown_parent = op.kind == "unknown" and base_name(op.name) not in COMPOSITE
             if not reason and unknown_parent and op.self_time > WRAPPER_SELF_SHARE * op.duration:
                 reason = "no cost model for this op's own work (its children are timed on their own)"
-            predictions.append(OpPrediction(op, None, op.self_time, 0.0, not reason, reason))
+            overhead = 0.0 if reason else framework_overhead("no_kernel_op")
+            predictions.append(OpPrediction(op, None, op.self_time, overhead, not reason, reason))
             continue
         covers = getattr(model.efficiency, "covers", None)
         if covers is not None and not covers(result.kernel):
@@ -201,6 +211,11 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
     _add_first_touch(trace, predictions, model, threads)
     return predictions
+
+
+def _framework_overhead(model: CostModel) -> Callable[[str], float]:
+    """The model's profiled framework costs by name (0 for a model without a calibration)."""
+    return getattr(model.efficiency, "framework_overhead_s", lambda what: 0.0)
 
 
 def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int) -> None:
@@ -226,10 +241,13 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         steps = 1
         roots = [op for op in trace.ops if op.parent is None]
         measured = max(op.end for op in roots) - min(op.start for op in roots)
-    predicted = sum(p.predicted_s for p in predictions) / steps
+    top_level = sum(1 for op in trace.ops if op.kind in FRAMEWORK_KINDS and (op.step is not None or not trace.steps)
+                    and _outermost(trace, op))
+    call_gaps = top_level / steps * _framework_overhead(model)("call_gap")
+    predicted = sum(p.predicted_s for p in predictions) / steps + call_gaps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace), skipped_events=dict(trace.skipped))
+                            outside_ops(trace), call_gaps, skipped_events=dict(trace.skipped))
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:
@@ -250,7 +268,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     comparison.kinds["no-kernel"] = {
         "ops": len(free),
         "measured_s": sum(p.measured_s for p in free),
-        "predicted_s": 0.0,
+        "predicted_s": sum(p.predicted_s for p in free),
     }
     for p in predictions:
         if not p.modelled:
@@ -261,21 +279,23 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     return comparison
 
 
+def _outermost(trace: Trace, op: OpRecord) -> bool:
+    """Whether no framework op encloses ``op`` (steps, annotations and autograd nodes do not count)."""
+    parent = op.parent
+    while parent is not None:
+        if trace.ops[parent].kind in FRAMEWORK_KINDS:
+            return False
+        parent = trace.ops[parent].parent
+    return True
+
+
 def outside_ops(trace: Trace) -> float | None:
     """Median over profiler steps of the step time no top-level framework op covers."""
     if not trace.steps:
         return None
-    def outermost(op: OpRecord) -> bool:  # no framework op above it (steps and groups do not count)
-        parent = op.parent
-        while parent is not None:
-            if trace.ops[parent].kind in FRAMEWORK_KINDS:
-                return False
-            parent = trace.ops[parent].parent
-        return True
-
     roots: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for op in trace.ops:
-        if op.step is not None and op.kind in FRAMEWORK_KINDS and outermost(op):
+        if op.step is not None and op.kind in FRAMEWORK_KINDS and _outermost(trace, op):
             roots[op.step].append((op.start, op.end))
     gaps = []
     for step in trace.steps:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import conv, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
+from . import conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
 SUITE_VERSION = 13
@@ -71,6 +71,8 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     call = partial(conv.measure_depthwise, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv depthwise {direction} {t}t {'x'.join(map(str, shape))}", call))
     if framework.available():
+        for what in dispatch.WHAT:
+            tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
         for t in threads:
             for op in framework.POOLS:
                 for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
