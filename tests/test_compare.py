@@ -144,11 +144,17 @@ def test_an_embeddings_backward_counts_its_whole_weight_gradient() -> None:
     kernel = _kernel("aten::embedding_dense_backward", [[64, 128, 256], [64, 128], [], [], []],
                      ["float", "long int", "Scalar", "Scalar", "Scalar"], ["", "", "20000", "-1", "False"])
     assert kernel.bytes() == 4 * (64 * 128 * 256 + 20000 * 256)
+    zeroed = kernel_for("aten::embedding_dense_backward", "elementwise", [[64, 128, 256], [64, 128], [], [], []],
+                        ["float", "long int", "Scalar", "Scalar", "Scalar"], ["", "", "20000", "-1", "False"], True,
+                        None, ["aten::zeros", "aten::zero_"]).kernel
+    assert zeroed is not None and zeroed.bytes() == 4 * 64 * 128 * 256  # its traced zero_ child is timed on its own
 
 
 def test_elementwise_dtype_is_the_largest_tensors() -> None:
-    """AdamW's ``mul`` of a 0-dim ``double`` step size by ``float`` moments runs in fp32."""
+    """AdamW's ``mul`` of a 0-dim ``double`` step size by ``float`` moments runs in fp32, and so
+    does ``where`` with a bool condition as large as its values."""
     assert _kernel("aten::mul", [[], [20000, 256], [20000, 256]], ["double", "float", "float"]).dtype == "fp32"
+    assert _kernel("aten::where", [[64, 64], [64, 64], [64, 64]], ["bool", "float", "float"]).dtype == "fp32"
 
 
 def test_convolution_as_implicit_gemm() -> None:
@@ -369,15 +375,22 @@ def test_ops_that_compute_nothing_and_the_gaps_between_calls_take_the_profiled_f
 
     data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     data["kernels"]["dispatch"] = [{"what": "no_kernel_op", "threads": 1, "time_s": 1e-6},
-                                   {"what": "call_gap", "threads": 1, "time_s": 3e-6}]
+                                   {"what": "call_gap", "threads": 1, "time_s": 3e-6},
+                                   {"what": "engine_gap", "threads": 1, "time_s": 10e-6}]
     efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
     cpu, _ = host_specs(efficiency.calibration)
-    result = compare_trace(parse_trace({"traceEvents": _events()}, "mem"), CostModel(efficiency), cpu, 4)
+    node = {"ph": "X", "name": "autograd::engine::evaluate_function: ReluBackward0", "pid": 1, "tid": 1,
+            "ts": 900, "dur": 50, "cat": "cpu_op", "args": {}}
+    backward = {"ph": "X", "name": "aten::threshold_backward", "pid": 1, "tid": 1, "ts": 910, "dur": 30,
+                "cat": "cpu_op", "args": {"Input Dims": [[256, 1024], [256, 1024], []],
+                                          "Input type": ["float", "float", "Scalar"], "Concrete Inputs": ["", "", "0"]}}
+    trace = parse_trace({"traceEvents": [*_events(), node, backward]}, "mem")
+    result = compare_trace(trace, CostModel(efficiency), cpu, 4)
     by_name = {p.op.name: p for p in result.predictions}
     assert by_name["aten::linear"].predicted_s == pytest.approx(1e-6) and by_name["aten::t"].predicted_s == 1e-6
     assert by_name["aten::frobnicate"].predicted_s == 0  # not modelled: no cost at all
     top_level = ("aten::linear", "aten::relu", "aten::frobnicate", "aten::wrapped_kernel", "aten::wrapper")
-    assert result.call_gaps_s == pytest.approx(len(top_level) * 3e-6)
+    assert result.call_gaps_s == pytest.approx(len(top_level) * 3e-6 + 10e-6)  # the backward op: the engine's gap
     assert result.predicted_step_s == pytest.approx(sum(p.predicted_s for p in result.predictions) + result.call_gaps_s)
     assert result.summary()["call_gaps_s"] == result.call_gaps_s
 
@@ -402,20 +415,20 @@ TARGET_PCT = 15.0
 """The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
 
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "cnn_t1": (-0.2, 18.9),
-    "cnn_t2": (2.6, 19.4),
-    "mlp_t1": (0.2, 3.7),
-    "mlp_t2": (-8.1, 9.2),
-    "transformer_flash_t1": (-7.1, 9.4),
-    "transformer_flash_t2": (0.0, 6.4),
-    "transformer_t1": (-6.3, 7.1),
-    "transformer_t2": (0.1, 6.5),
-    "mlp_bf16_t1": (18.9, 14.5),  # bf16 autocast: an extra model, its 16-bit points measured a session later
-    "mlp_bf16_t2": (9.3, 15.9),
+    "cnn_t1": (0.3, 18.9),
+    "cnn_t2": (3.5, 19.4),
+    "mlp_t1": (0.5, 3.7),
+    "mlp_t2": (-7.5, 9.2),
+    "transformer_flash_t1": (-6.4, 9.4),
+    "transformer_flash_t2": (1.4, 6.4),
+    "transformer_t1": (-5.5, 7.1),
+    "transformer_t2": (1.3, 6.5),
+    "mlp_bf16_t1": (19.1, 14.5),  # bf16 autocast: an extra model, its 16-bit points measured a session later
+    "mlp_bf16_t2": (9.5, 15.9),
     # an extra model with 51 MB activations, written into freshly mapped memory every step (its three
     # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
-    "cnn224_t1": (0.6, 86.9),
-    "cnn224_t2": (-23.0, 89.2),
+    "cnn224_t1": (0.7, 86.9),
+    "cnn224_t2": (-22.9, 89.2),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""

@@ -109,6 +109,37 @@ def test_the_first_in_place_writer_of_an_allocation_pays() -> None:
     assert by_name["aten::addmm"][0].first_touch_s == 0
 
 
+def test_empty_memory_is_charged_to_the_in_place_op_that_fills_it() -> None:
+    """``randn`` is an ``empty`` and a ``normal_`` beside it; ``torch.empty(...).fill_()`` two
+    top-level ops: the filling op pays. An in-place op's redispatch to its out-variant
+    (``mul_`` -> ``mul``) allocates nothing."""
+    size = json.dumps(LARGE)
+    by_name = _predictions([
+        _op("aten::randn", 10, 9_000, [[], [], [], [], []], None, [size, "", "", "", ""]),
+        _op("aten::empty", 11, 10, [[], [], [], [], [], []], None, [size, "6", "", "", "", ""]),
+        _op("aten::normal_", 30, 8_900, [LARGE, [], [], []], ["float", "Scalar", "Scalar", ""]),
+        _op("aten::empty", 10_000, 10, [[], [], [], [], [], []], None, [size, "6", "", "", "", ""]),
+        _op("aten::fill_", 10_100, 3_000, [LARGE, []], ["float", "Scalar"], ["", "3"]),
+        _op("aten::mul_", 20_000, 8_000, [LARGE, LARGE]),
+        _op("aten::mul", 20_001, 7_900, [[], LARGE, LARGE]),
+    ])
+    assert by_name["aten::normal_"][0].first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert by_name["aten::fill_"][0].first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert by_name["aten::mul"][0].first_touch_s == 0
+
+
+def test_a_comparisons_bool_result_is_a_byte_an_element() -> None:
+    """``gt`` of a 64 MiB fp32 tensor writes 16 MiB of bool (from the heap); ``where`` with a bool
+    condition writes its values' fp32."""
+    square = [4096, 4096]
+    by_name = _predictions([
+        _op("aten::gt", 10, 20_000, [square, []], ["float", "Scalar"], ["", "0.5"]),
+        _op("aten::where", 30_000, 30_000, [square, square, square], ["bool", "float", "float"]),
+    ])
+    assert by_name["aten::gt"][0].first_touch_s == 0
+    assert by_name["aten::where"][0].first_touch_s == pytest.approx(_pages(square) * PER_PAGE_S)
+
+
 @pytest.mark.parametrize(("mask", "charged"), [("[True, True, False]", True), ("[False, True, False]", False)])
 def test_a_convolution_backward_pays_for_its_input_gradient_only_if_it_computes_one(mask: str, charged: bool) -> None:
     dims = [[16, 64, 112, 112], LARGE, [64, 64, 3, 3], [], [], [], [], [], [], [], []]

@@ -105,10 +105,15 @@ def _dtype(kind: str) -> str:
     return DTYPES.get(kind, "fp32")
 
 
+FLOATING = frozenset({"float", "double", "c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+"""torch's names of floating-point tensor types (indices, masks and counts are the others)."""
+
+
 def _data_dtype(tensors: list[tuple[list[int], str]]) -> str:
-    """The dtype of the largest tensor: a 0-dim operand (Adam's ``double`` step size in ``mul``)
-    does not set the type the elementwise work runs in."""
-    return _dtype(max(tensors, key=lambda tensor: _numel(tensor[0]))[1])
+    """The dtype of the largest tensor, a floating-point one among equally large ones: a 0-dim
+    operand (Adam's ``double`` step size in ``mul``) does not set the type the elementwise work
+    runs in, nor does ``where``'s bool condition or ``gather``'s int64 index beside fp32 values."""
+    return _dtype(max(tensors, key=lambda tensor: (_numel(tensor[0]), tensor[1] in FLOATING))[1])
 
 
 def _int_list(text: Any, default: list[int]) -> list[int]:
@@ -280,7 +285,8 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
     return OpKernel(Elementwise(dtype=dtype, n=max(1, n), op=op, inputs=2, outputs=1))
 
 
-def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any] = ()) -> OpKernel:
+def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any] = (),
+                 zeroed_by_child: bool = False) -> OpKernel:
     dtype = _data_dtype(tensors)
     if op in INDEXED_OPS:
         return _indexed(op, tensors, list(concrete))
@@ -314,10 +320,10 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
         inputs = 1
     elif op == "embedding_dense_backward":
         # (grad, indices, num_weights, ...): the whole weight gradient, num_weights x width, is
-        # zeroed and written besides the gradient rows read
+        # zeroed and written besides the gradient rows read (unless a traced child zeroes it)
         grad = tensors[0][0]
         rows = _int_list(concrete[2] if len(concrete) > 2 else "", [0])[0]
-        n = _numel(grad) + max(0, rows) * (grad[-1] if grad else 1)
+        n = _numel(grad) + (0 if zeroed_by_child else max(0, rows) * (grad[-1] if grad else 1))
         inputs = 0
     flops = 10.0 if op in TRANSCENDENTAL else 1.0
     return OpKernel(Elementwise(dtype=dtype, n=n, op=op, flops_per_element=flops, inputs=inputs, outputs=outputs))
@@ -478,4 +484,5 @@ def kernel_for(
         if run < _numel(source):  # the source is not read in order: a transpose or permute
             size = dtype_bytes(_dtype(tensors[-1][1]))
             return OpKernel(Copy(nbytes=_numel(source) * size, dtype=_dtype(tensors[0][1]), run=run))
-    return _elementwise(op, tensors, concrete)
+    zeroed = any(base_name(child) in ("zero", "fill") for child in child_names)
+    return _elementwise(op, tensors, concrete, zeroed_by_child=zeroed)

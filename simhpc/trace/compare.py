@@ -84,8 +84,9 @@ class Comparison:
     """Median time per step inside no op (Python, the framework between ops), measured. None
     without profiler steps."""
     call_gaps_s: float = 0.0
-    """Predicted time per step between top-level ops: their count times the calibration's
-    profiled gap between two ops called from Python (``call_gap``); part of ``predicted_step_s``."""
+    """Predicted time per step between top-level ops: for each, the calibration's profiled gap
+    between two ops the autograd engine calls (``engine_gap``) or Python does (``call_gap``);
+    part of ``predicted_step_s``."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
@@ -224,7 +225,7 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
     if first_touch is None:
         return
     carrying = {p.op.index: p for p in predictions if p.kernel is not None}
-    fresh = fresh_writes(trace, {index: p.kernel for index, p in carrying.items() if p.kernel is not None})
+    fresh = fresh_writes(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None})
     for index, nbytes in fresh.items():
         prediction = carrying[index]
         prediction.first_touch_s = first_touch(nbytes, threads)
@@ -241,9 +242,10 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         steps = 1
         roots = [op for op in trace.ops if op.parent is None]
         measured = max(op.end for op in roots) - min(op.start for op in roots)
-    top_level = sum(1 for op in trace.ops if op.kind in FRAMEWORK_KINDS and (op.step is not None or not trace.steps)
-                    and _outermost(trace, op))
-    call_gaps = top_level / steps * _framework_overhead(model)("call_gap")
+    overhead = _framework_overhead(model)
+    call_gaps = sum(overhead("engine_gap" if engine_called(trace, op) else "call_gap") for op in trace.ops
+                    if op.kind in FRAMEWORK_KINDS and (op.step is not None or not trace.steps)
+                    and outermost(trace, op)) / steps
     predicted = sum(p.predicted_s for p in predictions) / steps + call_gaps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
@@ -279,7 +281,21 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     return comparison
 
 
-def _outermost(trace: Trace, op: OpRecord) -> bool:
+ENGINE_NODE = "autograd::engine::evaluate_function"
+"""The profiler's span around each backward node the autograd engine runs."""
+
+
+def engine_called(trace: Trace, op: OpRecord) -> bool:
+    """Whether the autograd engine called ``op`` (one of its ancestors is an engine node)."""
+    parent = op.parent
+    while parent is not None:
+        if trace.ops[parent].name.startswith(ENGINE_NODE):
+            return True
+        parent = trace.ops[parent].parent
+    return False
+
+
+def outermost(trace: Trace, op: OpRecord) -> bool:
     """Whether no framework op encloses ``op`` (steps, annotations and autograd nodes do not count)."""
     parent = op.parent
     while parent is not None:
@@ -295,7 +311,7 @@ def outside_ops(trace: Trace) -> float | None:
         return None
     roots: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for op in trace.ops:
-        if op.step is not None and op.kind in FRAMEWORK_KINDS and _outermost(trace, op):
+        if op.step is not None and op.kind in FRAMEWORK_KINDS and outermost(trace, op):
             roots[op.step].append((op.start, op.end))
     gaps = []
     for step in trace.steps:

@@ -2,10 +2,12 @@
 
 PyTorch's CPU allocator takes every tensor from the C library's ``malloc``. glibc's malloc maps
 each block of :data:`FRESH_BLOCK_BYTES` or more afresh (32 MiB is its largest mmap threshold on
-64-bit, mallopt(3): with the default dynamic threshold and with any setting) and unmaps it when it
-is freed, so the first write into such a tensor takes a page fault per page, in every step. The
-calibration's ``first_touch`` points say what a fault costs
-(:meth:`~simhpc.costs.calibration.CalibratedEfficiency.first_touch_s`).
+64-bit, mallopt(3): with the default dynamic threshold and with any threshold set, unless mmap is
+turned off) and unmaps it when it is freed, so the first write into such a tensor takes a page
+fault per page, in every step. (It takes the block from the heap instead when a free chunk there is
+large enough; in the ResNet-stem captures of ``validation/`` most such writes faulted, a batch
+norm's output now and then did not.) The calibration's ``first_touch`` points say what a fault
+costs (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.first_touch_s`).
 
 The first writer is the op that allocated the tensor (a ``relu``'s ``clamp_min``, a
 convolution, a batch norm) unless one of its descendants writes the whole tensor in place
@@ -33,6 +35,12 @@ SIZED_BY_ARGUMENT = names("zeros ones full new_zeros new_ones new_full")
 """Of those, the ones whose size is an argument (``Concrete Inputs``), not their input's."""
 NEW_SIZE = names("cat stack index_select gather")
 """Elementwise-kind ops whose result is not their largest input's size (the kernel's ``n`` is)."""
+BOOL_RESULT = names("eq ne lt gt le ge logical_not logical_and logical_or logical_xor isnan isinf isneginf isposinf")
+"""Ops whose result is a bool tensor whatever their inputs' type."""
+ALLOCATORS = {"empty": 0, "new_empty": 1, "empty_strided": 0, "new_empty_strided": 1, "empty_like": None}
+"""Ops that allocate without writing, and the argument holding the size (None: their input's);
+the next op beside them that writes a tensor of that size in place is its first writer
+(``randn``'s ``normal_``, ``dropout``'s ``bernoulli_``, ``torch.empty(...).fill_``)."""
 
 
 def _in_place(op: OpRecord) -> bool:
@@ -45,18 +53,24 @@ def _first_shape(op: OpRecord) -> list[int] | None:
     return shape if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else None
 
 
-def _output_elements(op: OpRecord, kernel: k.Kernel | None) -> int:
+def _sized(op: OpRecord, argument: int | None) -> int:
+    """Elements of the size argument ``argument`` of ``op`` (None: of its first input)."""
+    if argument is None:
+        shape = _first_shape(op)
+        return _numel(shape) if shape is not None else 0
+    size = _int_list(op.concrete[argument] if len(op.concrete) > argument else "", [])
+    return _numel(size) if size else 0
+
+
+def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int:
     """Elements of the tensor ``op`` allocates for its result (0: none, or not known)."""
     name = base_name(op.name)
+    if op.parent is not None and _in_place(trace.ops[op.parent]):
+        return 0  # the out-variant an in-place op redispatches to (``mul_`` -> ``mul``) writes its tensor
     if kernel is None:
         if name not in ALLOCATING_WRAPPERS:
             return 0
-        if name in SIZED_BY_ARGUMENT:
-            argument = 1 if name.startswith("new_") else 0
-            size = _int_list(op.concrete[argument] if len(op.concrete) > argument else "", [])
-            return _numel(size) if size else 0
-        shape = _first_shape(op)
-        return _numel(shape) if shape is not None else 0
+        return _sized(op, (1 if name.startswith("new_") else 0) if name in SIZED_BY_ARGUMENT else None)
     if isinstance(kernel, k.FrameworkOp) and name.endswith("_backward") and len(op.shapes) > 1:
         shape = op.shapes[1]  # a pooling backward's gradient has its input's shape
         return _numel(shape) if isinstance(shape, list) else 0
@@ -71,13 +85,18 @@ def _output_elements(op: OpRecord, kernel: k.Kernel | None) -> int:
             return _numel(shape) if isinstance(shape, list) else 0  # the input's gradient (the weight's is small)
         return 0
     if isinstance(kernel, k.Elementwise):
-        tensors = [s for s in op.shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]
+        tensors = _tensor_shapes(op)
         if name in NEW_SIZE:
             return kernel.n
-        if name == "embedding_dense_backward":  # the whole weight gradient: what the kernel counts past the rows read
-            return kernel.n - _numel(tensors[0])
+        if name == "embedding_dense_backward":  # the whole weight gradient, num_weights x width
+            rows = _int_list(op.concrete[2] if len(op.concrete) > 2 else "", [0])[0]
+            return max(0, rows) * (tensors[0][-1] if tensors and tensors[0] else 0)
         return max((_numel(s) for s in tensors), default=0)
     return 0
+
+
+def _element_bytes(op: OpRecord, kernel: k.Kernel) -> int:
+    return 1 if base_name(op.name) in BOOL_RESULT else k.dtype_bytes(kernel.dtype)
 
 
 def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
@@ -86,26 +105,56 @@ def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]
     fresh: dict[int, float] = {}
     for op in trace.ops:
         kernel = kernels.get(op.index)
-        elements = _output_elements(op, kernel)
-        if elements <= 0:
+        name = base_name(op.name)
+        if kernel is None and name in ALLOCATORS:
+            elements = _sized(op, ALLOCATORS[name])
+            writer = _next_whole_writer(trace, op, elements, kernels) if elements > 0 else None
+        else:
+            elements = _output_elements(trace, op, kernel)
+            if elements <= 0:
+                continue
+            writer = _first_whole_writer(trace, op.children, elements, kernels)
+            if writer is None and kernel is not None:
+                writer = op.index
+        if writer is None:
             continue
-        writer = _first_whole_writer(trace, op, elements, kernels)
-        payer = writer if writer is not None else (op.index if kernel is not None else None)
-        if payer is None:
-            continue
-        nbytes = float(elements * k.dtype_bytes(kernels[payer].dtype))
+        nbytes = float(elements * _element_bytes(trace.ops[writer], kernels[writer]))
         if nbytes >= FRESH_BLOCK_BYTES:
-            fresh[payer] = max(fresh.get(payer, 0.0), nbytes)
+            fresh[writer] = max(fresh.get(writer, 0.0), nbytes)
     return fresh
 
 
-def _first_whole_writer(trace: Trace, op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> int | None:
-    """The first descendant of ``op`` carrying a kernel that writes a tensor of ``elements`` in place."""
-    stack = list(reversed(op.children))
+def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> bool:
+    shape = _first_shape(op)
+    return op.index in kernels and _in_place(op) and shape is not None and _numel(shape) == elements
+
+
+def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: dict[int, k.Kernel]) -> int | None:
+    """The first op of the subtrees at ``roots`` that carries a kernel and writes a tensor of
+    ``elements`` in place."""
+    stack = list(reversed(roots))
     while stack:
-        child = trace.ops[stack.pop()]
-        shape = _first_shape(child)
-        if child.index in kernels and _in_place(child) and shape is not None and _numel(shape) == elements:
-            return child.index
-        stack.extend(reversed(child.children))
+        op = trace.ops[stack.pop()]
+        if _writes_whole(op, elements, kernels):
+            return op.index
+        stack.extend(reversed(op.children))
     return None
+
+
+def _next_whole_writer(trace: Trace, allocation: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> int | None:
+    """The in-place writer of an ``empty``'s tensor: in the first later op beside it (same parent)
+    that involves a tensor of its size, if that op writes one in place."""
+    siblings = trace.ops[allocation.parent].children if allocation.parent is not None else [
+        op.index for op in trace.ops if op.parent is None]
+    for index in siblings:
+        if index <= allocation.index:
+            continue
+        sibling = trace.ops[index]
+        if not any(isinstance(s, list) and _numel(s) == elements for s in _tensor_shapes(sibling)):
+            continue
+        return _first_whole_writer(trace, [index], elements, kernels)
+    return None
+
+
+def _tensor_shapes(op: OpRecord) -> list[list[int]]:
+    return [s for s in op.shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]

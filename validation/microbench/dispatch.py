@@ -1,15 +1,18 @@
 """The framework's own cost per op, as torch.profiler records it.
 
 A profiled step holds, besides the ops' work, PyTorch's dispatch of every op (argument parsing,
-the dispatcher, autograd's bookkeeping, the profiler's own record) and the time between the ops
-a Python program calls. On a model of many small ops (a GRU cell's, a tiny MLP's) they are most
-of the step. This loop runs kernel-free view ops (``t``, ``view``: ``aten::t`` ->
-``aten::transpose`` -> ``aten::as_strided``) and tiny computing ones (``add``, ``relu`` ->
-``clamp_min``) on 8 x 8 tensors from Python under ``torch.profiler`` with ``record_shapes=True``,
-as the traces ``simhpc compare`` reads are recorded, and reads its own export back:
+the dispatcher, autograd's bookkeeping, the profiler's own record) and the time between ops: the
+Python program's between the ops it calls, the autograd engine's between the backward ops it runs.
+On a model of many small ops (a GRU cell's, a tiny MLP's) they are most of the step. This loop
+runs, from Python under ``torch.profiler`` with ``record_shapes=True`` (as the traces
+``simhpc compare`` reads are recorded), kernel-free view ops (``t``, ``view``: ``aten::t`` ->
+``aten::transpose`` -> ``aten::as_strided``) and a chain of tiny ops on an 8 x 8 tensor that
+requires its gradient (``mul``, ``relu``), then its backward, and reads its own export back:
 
 - ``no_kernel_op``: the median self time of an op that computes nothing (a view, a wrapper);
-- ``call_gap``: the median time between one top-level op's end and the next one's start.
+- ``call_gap``: the median time between two top-level ops the Python program calls;
+- ``engine_gap``: the median time between two top-level ops the autograd engine calls (each in
+  its ``autograd::engine::evaluate_function`` node).
 
 Skipped without torch.
 """
@@ -24,9 +27,9 @@ from pathlib import Path
 
 from .gemm import torch_threads
 
-CALLS = 2000
-"""Iterations of the profiled loop (four top-level ops each)."""
-WHAT = ("no_kernel_op", "call_gap")
+CALLS = 500
+"""Iterations of the profiled loop (two view ops, a six-op chain and its backward each)."""
+WHAT = ("no_kernel_op", "call_gap", "engine_gap")
 
 
 @cache
@@ -35,16 +38,19 @@ def _profiled_costs() -> dict[str, list[float]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from simhpc.trace.compare import FRAMEWORK_KINDS
+    from simhpc.trace.compare import FRAMEWORK_KINDS, engine_called, outermost
     from simhpc.trace.readers import read_trace
 
-    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    x = torch.randn(8, 8)
+    w = torch.randn(8, 8, requires_grad=True)
 
     def step() -> None:
         x.t()
-        z = torch.add(x, y)
-        z.view(64)
-        torch.relu(z)
+        x.view(64)
+        y = w
+        for _ in range(3):
+            y = torch.relu(y * 1.01)
+        y.sum().backward()
 
     with torch_threads(1):
         for _ in range(CALLS // 10):
@@ -57,10 +63,16 @@ def _profiled_costs() -> dict[str, list[float]]:
             prof.export_chrome_trace(str(path))
             trace = read_trace(path)
     ops = [op for op in trace.ops if op.kind in FRAMEWORK_KINDS]
-    top = sorted((op for op in ops if op.parent is None), key=lambda op: op.start)
+    top = sorted((op for op in ops if outermost(trace, op)), key=lambda op: op.start)
+    gaps: dict[bool, list[float]] = {False: [], True: []}
+    for a, b in pairwise(top):
+        by_engine = engine_called(trace, a)
+        if by_engine == engine_called(trace, b):
+            gaps[by_engine].append(max(0.0, b.start - a.end))
     return {
         "no_kernel_op": [op.self_time for op in ops if op.kind == "view"],
-        "call_gap": [max(0.0, b.start - a.end) for a, b in pairwise(top)],
+        "call_gap": gaps[False],
+        "engine_gap": gaps[True],
     }
 
 
