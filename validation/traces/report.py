@@ -9,11 +9,13 @@ Defaults: the committed ``validation/calibration/host.json`` and every file in `
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import host_specs, load_calibration
 from simhpc.costs.model import CostModel
+from simhpc.errors import SimhpcError
 from simhpc.trace.compare import compare_trace, default_blas
 from simhpc.trace.readers import read_trace
 
@@ -21,6 +23,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
+    try:
+        report()
+    except SimhpcError as error:  # an unreadable capture or calibration: one line, exit status 2
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def report() -> None:
+    """Parse the arguments and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calibration", type=Path, default=HERE.parent / "calibration" / "host.json")
     parser.add_argument("--blas", choices=("torch", "numpy"), default=None, help="default: as simhpc compare")
