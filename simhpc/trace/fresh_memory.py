@@ -12,7 +12,8 @@ costs (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.first_touch_s`).
 The first writer is the op that allocated the tensor (a ``relu``'s ``clamp_min``, a
 convolution, a batch norm) unless one of its descendants writes the whole tensor in place
 first: the ``fill_`` of a ``zeros``, the ``copy_`` of a ``clone`` or of ``addmm``'s bias, the
-``zero_`` that starts a pooling backward. Smaller blocks come from the heap, fresh or reused
+``zero_`` that starts a pooling backward; an ``empty``'s tensor is first written by the
+in-place op beside it that fills it (``randn``'s ``normal_``). Smaller blocks come from the heap, fresh or reused
 depending on what the process freed before: not modelled (``validation/traces/capture.py``
 captures with glibc told to keep freed memory, so that they are reused).
 """
