@@ -74,6 +74,28 @@ def test_pooling_and_random_fills_count_the_bytes_they_move() -> None:
     assert classify("aten::max_pool2d_with_indices") == "pool" and classify("aten::normal_") == "random"
 
 
+def test_a_channels_last_pool_is_its_own_op() -> None:
+    """ATen pools an NHWC image across its channels, vectorised: a channels-last pool is timed
+    from points of its own (``<op>@channels_last``), from the NCHW op's where a calibration has none."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, validate
+
+    concrete = ["", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False"]
+    types = ["float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+    shapes = [[64, 16, 32, 32], [], [], [], [], []]
+    nhwc = [[16384, 1, 512, 16], [], [], [], [], []]
+    nchw_kernel = kernel_for("aten::max_pool2d_with_indices", "pool", shapes, types, concrete, False).kernel
+    nhwc_kernel = kernel_for("aten::max_pool2d_with_indices", "pool", shapes, types, concrete, False, nhwc).kernel
+    assert nhwc_kernel == FrameworkOp(dtype="fp32", op="max_pool2d_with_indices@channels_last",
+                                      nbytes=nchw_kernel.bytes())
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    assert efficiency.host_time(nhwc_kernel, 1) < efficiency.host_time(nchw_kernel, 1) / 3
+    data["kernels"]["framework"] = [r for r in data["kernels"]["framework"] if "@" not in r["op"]]
+    without = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    assert without.host_time(nhwc_kernel, 1) == pytest.approx(without.host_time(nchw_kernel, 1))
+
+
 def test_names() -> None:
     assert base_name("aten::add_") == "add" and base_name("aten::_foreach_add_") == "_foreach_add"
     assert base_name("aten::__and__") == "__and__"

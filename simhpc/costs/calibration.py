@@ -79,6 +79,7 @@ from simhpc.costs.kernels import (
     dtype_bytes,
 )
 from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
+from simhpc.costs.opmap import CHANNELS_LAST
 from simhpc.hardware.specs import CpuSpec
 
 ONE_GRADIENT = ("backward_input", "backward_weight")
@@ -332,7 +333,10 @@ class CalibratedEfficiency:
                 return "permute", str(kernel.run), kernel.dtype, kernel.bytes(), kernel.bytes()
             return "bandwidth", "copy", "fp64", kernel.bytes(), kernel.bytes()
         if isinstance(kernel, FrameworkOp):
-            return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
+            op = kernel.op
+            if op not in self._framework_ops:  # a calibration without channels-last points: the NCHW op's
+                op = op.removesuffix(CHANNELS_LAST)
+            return "framework", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Stencil):
             working = 2 * kernel.cells * STORED_PER_CELL * dtype_bytes(kernel.dtype)
             return "stencil", "7", "fp64", working, kernel.cells * (2 * kernel.points - 1) / 13

@@ -360,12 +360,27 @@ def _per_axis(values: list[int], axis: int) -> int:
     return values[axis] if axis < len(values) else values[-1]
 
 
-def _pool(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+CHANNELS_LAST = "@channels_last"
+"""Suffix of a framework op's name for its channels-last (NHWC) variant, measured on its own:
+ATen pools an NHWC image across its channels, vectorised (a 3x3 max pool 10x faster here)."""
+
+
+def channels_last(shape: list[int], strides: Any) -> bool:
+    """Whether an ``[N, C, H, W]`` tensor with these strides is stored channels-last (NHWC)."""
+    if len(shape) != 4 or not isinstance(strides, list) or len(strides) != 4 or shape[1] < 2:
+        return False
+    return strides[1] == 1 and strides[3] == shape[1]
+
+
+def _pool(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any], strides: list[Any] | None) -> OpKernel:
     """Bytes a 2-D pooling op reads and writes (int64 indices for max pooling), as the
-    calibration's ``framework`` points count them."""
+    calibration's ``framework`` points count them; a channels-last image's op is its own op."""
     dtype = _dtype(tensors[0][1])
     size = dtype_bytes(dtype)
-    if op.endswith("_backward"):  # (grad_output, self, ..., [indices]): grad_output and indices in, grad_input out
+    backward = op.endswith("_backward")
+    if channels_last(tensors[0][0], strides[0] if strides else None):
+        op += CHANNELS_LAST
+    if backward:  # (grad_output, self, ..., [indices]): grad_output and indices in, grad_input out
         grad_out, source = tensors[0][0], tensors[1][0] if len(tensors) > 1 else []
         indices = 8 * _numel(grad_out) if op.startswith("max") else 0
         return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(grad_out) + _numel(source)) * size + indices))
@@ -473,7 +488,7 @@ def kernel_for(
     if kind == "reduction":
         return _reduction(op, tensors, concrete)
     if kind == "pool":
-        return _pool(op, tensors, concrete)
+        return _pool(op, tensors, concrete, strides)
     if kind == "random":
         shape, type_name = tensors[0]
         dtype = _dtype(type_name)

@@ -3,7 +3,9 @@
 - **Pooling**, the ATen ops a CNN's trace shows: ``max_pool2d_with_indices`` (3x3, stride 2,
   padding 1: the ResNet stem's) and its backward, ``avg_pool2d`` (2x2, stride 2) and its backward,
   on ``[64, 16, H, H]`` fp32 activations, H = 8 and 32 (256 KiB and 4 MiB; their rates were
-  within 10 % of each other and of H = 64's, except the max-pool backward's).
+  within 10 % of each other and of H = 64's, except the max-pool backward's), stored NCHW and
+  channels-last (``<op>@channels_last``: ATen vectorises an NHWC pool across the channels, a
+  channels-last trace's max pool ran 10x faster than the NCHW points said).
 - **Random fills**, in place: ``bernoulli_`` (dropout's mask), ``uniform_`` and ``normal_`` on fp32
   tensors of 256 KiB and 4 MiB (0.3-0.9 GB/s here, flat up to 16 MiB). PyTorch's CPU generators
   are serial: they do not speed up with threads.
@@ -91,12 +93,14 @@ def pooled_side(side: int, kernel: int, stride: int, padding: int) -> int:
     return (side + 2 * padding - kernel) // stride + 1
 
 
-def _pool_call(op: str, side: int) -> tuple[Callable[[], object], int]:
-    """The call and the bytes it moves."""
+def _pool_call(op: str, side: int, nhwc: bool = False) -> tuple[Callable[[], object], int]:
+    """The call (on a channels-last image if ``nhwc``) and the bytes it moves."""
     import torch
 
     kernel, stride, padding = POOLS[op]
     x = torch.randn(POOL_BATCH, POOL_CHANNELS, side, side)
+    if nhwc:
+        x = x.contiguous(memory_format=torch.channels_last)
     out_side = pooled_side(side, kernel, stride, padding)
     size_in, size_out = x.numel() * 4, x.numel() // (side * side) * out_side * out_side * 4
     k, s, p = [kernel] * 2, [stride] * 2, [padding] * 2
@@ -141,11 +145,14 @@ def _record(op: str, call: Callable[[], object], moved: int, threads: int, budge
     }
 
 
-def measure_pool(op: str, side: int, threads: int, budget: Budget) -> dict:
-    """Time one pooling op on ``[64, 16, side, side]`` fp32; a record."""
-    call, moved = _pool_call(op, side)
-    return _record(op, call, moved, threads, budget, input=[POOL_BATCH, POOL_CHANNELS, side, side],
-                   window=list(POOLS[op]))
+def measure_pool(op: str, side: int, threads: int, budget: Budget, nhwc: bool = False) -> dict:
+    """Time one pooling op on ``[64, 16, side, side]`` fp32 (stored channels-last if ``nhwc``: the
+    op ``<op>@channels_last``); a record."""
+    call, moved = _pool_call(op, side, nhwc)
+    from simhpc.costs.opmap import CHANNELS_LAST
+
+    return _record(op + (CHANNELS_LAST if nhwc else ""), call, moved, threads, budget,
+                   input=[POOL_BATCH, POOL_CHANNELS, side, side], window=list(POOLS[op]))
 
 
 def measure_random(op: str, nbytes: int, threads: int, budget: Budget) -> dict:

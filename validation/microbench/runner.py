@@ -76,8 +76,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
         for t in threads:
             for op in framework.POOLS:
                 for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
-                    call = partial(framework.measure_pool, op, side, t, budget)
-                    tasks.append(Task("framework", f"{op} {t}t {side}x{side}", call))
+                    for nhwc in (False, True):
+                        call = partial(framework.measure_pool, op, side, t, budget, nhwc)
+                        layout = " channels_last" if nhwc else ""
+                        tasks.append(Task("framework", f"{op} {t}t {side}x{side}{layout}", call))
             for op in framework.RANDOM:
                 for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.RANDOM_BYTES:
                     call = partial(framework.measure_random, op, nbytes, t, budget)
