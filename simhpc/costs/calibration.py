@@ -476,8 +476,8 @@ class CalibratedEfficiency:
 
     def framework_overhead_s(self, what: str) -> float:
         """The profiled framework cost ``what`` (``no_kernel_op``: the self time of an op that
-        computes nothing; ``call_gap``: the time between two top-level ops called from Python);
-        0 without ``dispatch`` points."""
+        computes nothing; ``call_gap`` / ``engine_gap``: the time between two top-level ops that
+        Python / the autograd engine calls); 0 without ``dispatch`` points."""
         return self._dispatch_s.get(what, 0.0)
 
     def first_touch_s(self, nbytes: float, threads: int) -> float:
