@@ -391,7 +391,8 @@ def test_prediction_counts_each_op_once() -> None:
 
 def test_ops_that_compute_nothing_and_the_gaps_between_calls_take_the_profiled_framework_costs() -> None:
     """A view or a wrapper takes the calibration's profiled self time of an op that computes
-    nothing; each top-level op, the profiled gap between two calls from Python."""
+    nothing; each top-level op, the profiled gap between two calls from Python, or from the
+    autograd engine for an op inside an engine node."""
     from simhpc.costs.calibration import CalibratedEfficiency
     from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, host_specs, validate
 
