@@ -127,10 +127,16 @@ DTYPES = {
 }
 
 
+def in_place(name: str) -> bool:
+    """Whether ``name`` is an in-place op's (``aten::add_``; not a dunder such as ``__and__``)."""
+    short = name.rsplit("::", 1)[-1]
+    return short.endswith("_") and not short.endswith("__")
+
+
 def base_name(name: str) -> str:
     """``aten::add_`` -> ``add``: namespace and in-place underscore removed (``__and__`` kept)."""
     short = name.rsplit("::", 1)[-1]
-    return short[:-1] if short.endswith("_") and not short.endswith("__") else short
+    return short[:-1] if in_place(name) else short
 
 
 COMPILED_GRAPH = "## Call CompiledFxGraph"

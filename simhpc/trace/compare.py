@@ -224,9 +224,9 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None:
         return
-    carrying = {p.op.index: p for p in predictions if p.kernel is not None}
-    fresh = fresh_writes(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None})
-    for index, nbytes in fresh.items():
+    kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
+    carrying = {p.op.index: p for p in predictions if p.op.index in kernels}
+    for index, nbytes in fresh_writes(trace, kernels).items():
         prediction = carrying[index]
         prediction.first_touch_s = first_touch(nbytes, threads)
         prediction.predicted_s += prediction.first_touch_s

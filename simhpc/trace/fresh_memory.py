@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from simhpc.costs import kernels as k
 from simhpc.costs.opmap import _int_list, _numel
-from simhpc.costs.opnames import base_name, names
+from simhpc.costs.opnames import base_name, in_place, names
 from simhpc.trace.readers import OpRecord, Trace
 
 FRESH_BLOCK_BYTES = 32 << 20
@@ -44,11 +44,6 @@ the next op beside them that writes a tensor of that size in place is its first 
 (``randn``'s ``normal_``, ``dropout``'s ``bernoulli_``, ``torch.empty(...).fill_``)."""
 
 
-def _in_place(op: OpRecord) -> bool:
-    short = op.name.rsplit("::", 1)[-1]
-    return short.endswith("_") and not short.endswith("__")
-
-
 def _first_shape(op: OpRecord) -> list[int] | None:
     shape = op.shapes[0] if op.shapes else None
     return shape if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else None
@@ -66,7 +61,7 @@ def _sized(op: OpRecord, argument: int | None) -> int:
 def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int:
     """Elements of the tensor ``op`` allocates for its result (0: none, or not known)."""
     name = base_name(op.name)
-    if op.parent is not None and _in_place(trace.ops[op.parent]):
+    if op.parent is not None and in_place(trace.ops[op.parent].name):
         return 0  # the out-variant an in-place op redispatches to (``mul_`` -> ``mul``) writes its tensor
     if kernel is None:
         if name not in ALLOCATING_WRAPPERS:
@@ -75,7 +70,7 @@ def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int
     if isinstance(kernel, k.FrameworkOp) and name.endswith("_backward") and len(op.shapes) > 1:
         shape = op.shapes[1]  # a pooling backward's gradient has its input's shape
         return _numel(shape) if isinstance(shape, list) else 0
-    if _in_place(op) or isinstance(kernel, (k.Reduction, k.Attention, k.Recurrent, k.FrameworkOp, k.Copy)):
+    if in_place(op.name) or isinstance(kernel, (k.Reduction, k.Attention, k.Recurrent, k.FrameworkOp, k.Copy)):
         return 0  # reductions' results are small; pooling forwards, fused kernels: not modelled
     if isinstance(kernel, k.Gemm):
         if kernel.conv in ("", "forward"):
@@ -104,12 +99,14 @@ def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]
     """Op index -> bytes of freshly mapped memory (blocks of at least :data:`FRESH_BLOCK_BYTES`)
     that op writes first, for the ops in ``kernels`` (index -> the kernel it carries)."""
     fresh: dict[int, float] = {}
+    roots = [op.index for op in trace.ops if op.parent is None]
     for op in trace.ops:
         kernel = kernels.get(op.index)
         name = base_name(op.name)
         if kernel is None and name in ALLOCATORS:
             elements = _sized(op, ALLOCATORS[name])
-            writer = _next_whole_writer(trace, op, elements, kernels) if elements > 0 else None
+            siblings = trace.ops[op.parent].children if op.parent is not None else roots
+            writer = _next_whole_writer(trace, op, siblings, elements, kernels) if elements > 0 else None
         else:
             elements = _output_elements(trace, op, kernel)
             if elements <= 0:
@@ -127,7 +124,7 @@ def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]
 
 def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> bool:
     shape = _first_shape(op)
-    return op.index in kernels and _in_place(op) and shape is not None and _numel(shape) == elements
+    return op.index in kernels and in_place(op.name) and shape is not None and _numel(shape) == elements
 
 
 def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: dict[int, k.Kernel]) -> int | None:
@@ -142,18 +139,13 @@ def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: 
     return None
 
 
-def _next_whole_writer(trace: Trace, allocation: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> int | None:
-    """The in-place writer of an ``empty``'s tensor: in the first later op beside it (same parent)
-    that involves a tensor of its size, if that op writes one in place."""
-    siblings = trace.ops[allocation.parent].children if allocation.parent is not None else [
-        op.index for op in trace.ops if op.parent is None]
+def _next_whole_writer(trace: Trace, allocation: OpRecord, siblings: list[int], elements: int,
+                       kernels: dict[int, k.Kernel]) -> int | None:
+    """The in-place writer of an ``empty``'s tensor: in the first later op of its ``siblings``
+    (the ops beside it) that involves a tensor of its size, if that op writes one in place."""
     for index in siblings:
-        if index <= allocation.index:
-            continue
-        sibling = trace.ops[index]
-        if not any(isinstance(s, list) and _numel(s) == elements for s in _tensor_shapes(sibling)):
-            continue
-        return _first_whole_writer(trace, [index], elements, kernels)
+        if index > allocation.index and any(_numel(s) == elements for s in _tensor_shapes(trace.ops[index])):
+            return _first_whole_writer(trace, [index], elements, kernels)
     return None
 
 
