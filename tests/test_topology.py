@@ -179,6 +179,20 @@ def test_dragonfly_counts_and_minimal_routes() -> None:
     assert len(topo.path("h0", "h1")) == 2  # same router
 
 
+@pytest.mark.parametrize("ecmp", [True, False])
+def test_dragonfly_routes_take_one_global_link(ecmp: bool) -> None:
+    """Two global links can tie with local + global in hops; minimal routing takes the latter."""
+    topo = dragonfly(groups=4, routers_per_group=2, hosts_per_router=2, bandwidth=1e10, latency=1e-6,
+                     global_bandwidth=2.5e9, ecmp=ecmp)
+    for a in topo.endpoints:
+        for b in topo.endpoints:
+            if a != b:
+                links = [topo.links[i] for i in topo.path(a, b)]
+                crossings = [link for link in links if link.src.startswith("g") and link.dst.startswith("g")
+                             and link.src.split(".")[0] != link.dst.split(".")[0]]
+                assert len(crossings) <= 1, (a, b, [link.dst for link in links])
+
+
 def test_dragonfly_global_links_bandwidth_and_count() -> None:
     topo = dragonfly(
         groups=3,

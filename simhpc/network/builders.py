@@ -15,6 +15,9 @@ from simhpc.registry import register
 
 _PCIE_PEER_PENALTY = 1.0
 """Routing cost (s) added to each GPU<->PCIe hop so GPU peers always talk over NVLink."""
+_GLOBAL_HOP_PENALTY = 1.0
+"""Routing cost (s) added to each dragonfly global cable, more than any local path costs, so a
+route between groups takes exactly one global link (local, global, local: minimal routing)."""
 
 
 def _count(name: str, value: object, minimum: int = 1) -> int:
@@ -159,7 +162,8 @@ def dragonfly(
 
     Routers are ``g{g}.r{r}``, hosts ``h{i}`` numbered router by router. The global links of a
     group are spread round-robin over its routers; two links that land on the same router pair
-    become one link of the summed bandwidth. Routing is minimal.
+    become one link of the summed bandwidth. Routing is minimal: a route between groups crosses
+    exactly one global link (local, global, local), never two, even where that has as few hops.
 
     Args:
         groups: number of groups.
@@ -200,7 +204,7 @@ def dragonfly(
             key = (f"g{a}.r{port_a % routers}", f"g{b}.r{port_b % routers}")
             cables[key] = cables.get(key, 0) + 1
     for (a, b), count in cables.items():
-        topo.connect(a, b, glob * count, latency)
+        topo.connect(a, b, glob * count, latency, cost=latency + _GLOBAL_HOP_PENALTY)
     return topo
 
 
