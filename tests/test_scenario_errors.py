@@ -22,6 +22,8 @@ workload: {kind: collective, collective: all_reduce, size: 1 MiB, iterations: 2}
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 PCIE_SCENARIO = (SCENARIOS / "pipeline_pcie.yaml").read_text()
 BERT_SCENARIO = (SCENARIOS / "pipeline_bert_base.yaml").read_text()
+TWO_NODES_SCENARIO = (SCENARIOS / "allreduce_two_nodes.yaml").read_text()
+MOE_SCENARIO = (SCENARIOS / "moe_demo.yaml").read_text()
 
 
 def edited(change) -> str:
@@ -161,6 +163,10 @@ CASES = [
     ("kind-missing", edited(deleter("network.topology.kind")), [], "network.topology.kind: field required"),
     ("repeated-rank", edited(setter("workload.ranks", ["h0", "h1", "h0"])), [],
      "workload.ranks: endpoint 'h0' is listed twice"),
+    ("hierarchical-uneven-ranks", TWO_NODES_SCENARIO, ["--set", "workload.ranks=12"],
+     "workload.ranks: the hierarchical all-reduce needs the same number of ranks on every node"),
+    ("replicas-beyond-nodes", MOE_SCENARIO, ["--set", "workload.checkpoint.replicas=3"],
+     "workload.checkpoint.replicas: 3 copies of each checkpoint need 3 nodes, the cluster has 2"),
 ]
 
 

@@ -9,6 +9,7 @@ figures of the path between the first two ranks; not for the hierarchical all-re
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Generator
 from typing import Any, Literal
 
@@ -76,6 +77,11 @@ class CollectiveWorkload(Workload):
             raise InvalidReference("ranks", "a collective needs at least 2 ranks")
         if config.root >= len(ranks):
             raise InvalidReference("root", f"root {config.root} is not one of the {len(ranks)} ranks")
+        if config.collective == "all_reduce" and config.algorithm == "hierarchical":
+            per_node = Counter(self.ctx.network.topology.node_of(rank) for rank in ranks)
+            if len(set(per_node.values())) > 1:
+                raise InvalidReference("ranks", "the hierarchical all-reduce needs the same number of ranks "
+                                       f"on every node, got {dict(per_node)}")
         self.ranks = ranks
         self.comm = Communicator(self.ctx.network, ranks, name=config.collective)
         self.durations: list[float] = []

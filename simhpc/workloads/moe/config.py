@@ -62,7 +62,8 @@ class CheckpointConfig(Strict):
     every: PositiveInt = 1
     """Checkpoint every N iterations (policies with an adaptive interval may choose another)."""
     replicas: PositiveInt = 2
-    """In-memory copies of each node's checkpoint, the local one included (Gemini's m)."""
+    """In-memory copies of each node's checkpoint, the local one included (Gemini's m). Set,
+    it must not exceed the nodes; left at its default it is capped at them (one node: 1)."""
     buffer: PositiveSize = 256 * 2**20
     """GPU memory reserved per GPU for checkpoint chunks in flight."""
     storage: str | None = None

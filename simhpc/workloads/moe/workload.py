@@ -77,6 +77,10 @@ class MoETrainingWorkload(Workload):
         if getattr(policy, "needs_storage", False) and storage is None:
             raise InvalidReference("checkpoint.storage", f"policy {config.checkpoint.policy!r} writes to "
                                    f"storage, and node {topology.node!r} has none: name a catalog storage")
+        replicas = config.checkpoint.replicas
+        if "replicas" in config.checkpoint.model_fields_set and replicas > topology.nodes:
+            raise InvalidReference("checkpoint.replicas", f"{replicas} copies of each checkpoint need "
+                                   f"{replicas} nodes, the cluster has {topology.nodes}")
         for i, failure in enumerate(config.failures.at):
             if failure.node >= topology.nodes:
                 raise InvalidReference(f"failures.at.{i}.node", f"node {failure.node} does not exist "
