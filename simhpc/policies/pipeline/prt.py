@@ -30,9 +30,10 @@ Bidirectional plans use Chimera's greedy rule (forwards first, deeper first) wit
 ``max_inflight`` micro-batches of each direction in flight (default ``p``, as for Chimera). A
 device then holds at most ``2 k p`` stage activations, each ``1/k`` of a depth-``p`` stage: the
 bytes of Chimera's bound (``2p`` depth-``p`` stages) at the same ``max_inflight``. With no
-communication, uniform stages and a backward as long as a forward this reaches
-``(p-2)/(2km+p-2)``: Chimera's bubble with ``k`` times the ops per device
-(``tests/test_prt_bidirectional.py``).
+communication, uniform stages, a backward as long as a forward and ``m`` a multiple of ``p/2``
+this reaches ``(p-2)/(2km+p-2)``: Chimera's bubble with ``k`` times the ops per device
+(``tests/test_prt_bidirectional.py``); other ``m`` leave more bubble (0.158 against 0.111 at
+``p = 6, k = 2, m = 8``), still no more than Chimera's.
 
 The V-shaped map's greedy order is not a tuned schedule. With free communication, uniform stages
 and a backward twice a forward, it leaves a bubble of 0.368 at ``p = 8, k = 2, m = 8``
