@@ -104,7 +104,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             _fmt(row["measured_s"]),
             _fmt(row["predicted_s"]),
             _pct(row.get("total_error_pct")),
-            "-" if "mape_pct" not in row else f"{row['mape_pct']:.1f} %",
+            "-" if row.get("mape_pct") is None else f"{row['mape_pct']:.1f} %",
         )
     console.print(kinds)
     bad = Table(title=f"worst {worst} ops (absolute error)", title_justify="left")
@@ -243,10 +243,9 @@ def command(
             _print_against(result, max(1, worst))
         return
     if not any(op.kind in FRAMEWORK_KINDS for op in trace.ops):
-        raise CompareError(
-            f"{measured}: no framework ops found (a torch.profiler export with record_shapes=True "
-            f"is expected); to align two timelines use --against"
-        )
+        what = ("a torch.profiler export that recorded no ops" if trace.format == "torch.profiler"
+                else "a torch.profiler export with record_shapes=True is expected")
+        raise CompareError(f"{measured}: no framework ops found ({what}); to align two timelines use --against")
     on_device = [op for op in trace.ops if op.category in DEVICE_CATEGORIES]
     if on_device:
         raise CompareError(

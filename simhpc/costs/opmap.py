@@ -36,6 +36,7 @@ from simhpc.costs.opnames import (
     COMPOSITE,
     DTYPES,
     HELPERS,
+    INTEGER_TYPES,
     RECURRENT_OPS,
     TRANSCENDENTAL,
     UNCOVERED,
@@ -475,6 +476,21 @@ def kernel_for(
     unknown = next((type_name for _, type_name in tensors if type_name not in DTYPES), None)
     if unknown is not None:
         return OpKernel(None, f"tensor type {unknown!r} not modelled (known: {', '.join(DTYPES)})")
+    if max(_numel(shape) for shape, _ in tensors) == 0:
+        return NOTHING  # empty tensors: dispatch only
+    if kind in ("gemm", "conv") and tensors[0][1] in INTEGER_TYPES:
+        return OpKernel(None, f"{tensors[0][1]} {kind}: torch runs integer products without a BLAS "
+                              "(not calibrated)")
+    try:
+        return _own_work(op, kind, shapes, dtypes, concrete, strides, child_names, tensors)
+    except (ValueError, IndexError, ZeroDivisionError, TypeError) as error:  # arguments of an unexpected form
+        return OpKernel(None, f"arguments not understood ({type(error).__name__}: {error})")
+
+
+def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], concrete: Sequence[Any],
+              strides: Sequence[Any] | None, child_names: Sequence[str],
+              tensors: list[tuple[list[int], str]]) -> OpKernel:
+    """:func:`kernel_for`'s descriptor once the op's tensors are known to be well-formed."""
     if kind == "gemm":
         found = _gemm(op, tensors)
         layout = _layout(op, shapes, dtypes, strides)

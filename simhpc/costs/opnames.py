@@ -12,7 +12,8 @@ the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e
 traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
 record: listed as not modelled), ``comm`` (``torch.distributed`` collectives: listed as not
 modelled, their time is the network's and the other ranks') and ``unknown`` (ATen ops without a
-cost model: counted and listed by ``compare``).
+cost model, and operators of other namespaces such as ``quantized::`` or a custom library's:
+counted and listed by ``compare``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,9 @@ DTYPES = {
     "c10::Float8_e4m3fn": "fp8",
     "c10::Float8_e5m2": "fp8",
 }
+"""torch's ``Input type`` names -> the dtype whose width they have (integers: a float of their width)."""
+INTEGER_TYPES = frozenset(("long int", "int", "short int", "signed char", "unsigned char", "bool"))
+"""The integer ``Input type`` names (no BLAS multiplies them)."""
 
 
 def in_place(name: str) -> bool:
@@ -144,6 +148,9 @@ COMPILED_GRAPH = "## Call CompiledFxGraph"
 kernels that the profiler does not record op by op."""
 
 
+AUTOGRAD_NAMESPACES = ("autograd::", "torch::autograd::")
+"""Namespaced ``cpu_op`` spans that are autograd's bookkeeping (engine nodes, ``AccumulateGrad``),
+not operators."""
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "mpi:", "ucc:")
 """Collective-communication ops of ``torch.distributed`` (the launch and the backends' own spans)."""
 
@@ -157,6 +164,8 @@ def classify(name: str, category: str = "") -> str:
     if name.startswith(COMM_PREFIXES) or name == "record_param_comms":
         return "comm"
     if not name.startswith("aten::"):
+        if category == "cpu_op" and "::" in name and not name.startswith(AUTOGRAD_NAMESPACES):
+            return "unknown"  # an operator of another library: quantized::, torchvision::, a custom op
         return "group" if category in ("cpu_op", "user_annotation", "python_function") else "span"
     op = base_name(name)
     if op in GEMM_OPS or op in ATTENTION_OPS:

@@ -62,9 +62,14 @@ class OpPrediction:
     (:mod:`simhpc.trace.fresh_memory`)."""
 
     @property
-    def error_pct(self) -> float:
-        """Signed error of the prediction, % of the measured self time."""
-        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s > 0 else 0.0
+    def error_pct(self) -> float | None:
+        """Signed error of the prediction, % of the measured self time (None if that is 0)."""
+        return percent_error(self.predicted_s, self.measured_s)
+
+
+def percent_error(predicted: float, measured: float) -> float | None:
+    """``100 * (predicted - measured) / measured``; None when nothing was measured."""
+    return 100.0 * (predicted - measured) / measured if measured > 0 else None
 
 
 @dataclass
@@ -93,10 +98,14 @@ class Comparison:
     """Events of the file the reader could not use, by reason (not in any count above)."""
 
     @property
-    def step_error_pct(self) -> float:
-        if self.measured_step_s <= 0:
-            return 0.0
-        return 100.0 * (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
+    def step_error_pct(self) -> float | None:
+        """Error of the predicted step against the median measured one, % (None if that is 0)."""
+        return percent_error(self.predicted_step_s, self.measured_step_s)
+
+    @property
+    def predicted_total_s(self) -> float:
+        """The predicted step times the steps measured."""
+        return self.predicted_step_s * max(1, self.steps)
 
     @property
     def first_touch_step_s(self) -> float:
@@ -128,10 +137,11 @@ class Comparison:
             "threads": self.threads,
             "steps": self.steps,
             "measured_total_s": self.measured_total_s,
-            "predicted_total_s": self.predicted_step_s * max(1, self.steps),
+            "predicted_total_s": self.predicted_total_s,
             "measured_step_s": self.measured_step_s,
             "predicted_step_s": self.predicted_step_s,
-            "total_error_pct": self.step_error_pct,
+            "total_error_pct": percent_error(self.predicted_total_s, self.measured_total_s),
+            "step_error_pct": self.step_error_pct,
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
             "call_gaps_s": self.call_gaps_s,
@@ -248,8 +258,13 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
                     and outermost(trace, op)) / steps
     predicted = sum(p.predicted_s for p in predictions) / steps + call_gaps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
+    skipped = dict(trace.skipped)
+    if trace.steps:
+        outside_steps = sum(1 for op in trace.ops if op.kind in FRAMEWORK_KINDS and op.step is None)
+        if outside_steps:
+            skipped["framework ops outside every profiler step"] = outside_steps
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace), call_gaps, skipped_events=dict(trace.skipped))
+                            outside_ops(trace), call_gaps, skipped_events=skipped)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:
@@ -258,13 +273,13 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         rows = groups[kind]
         measured_s = sum(p.measured_s for p in rows)
         predicted_s = sum(p.predicted_s for p in rows)
-        errors = [abs(p.error_pct) for p in rows if p.measured_s > 0]
+        errors = [abs(error) for p in rows if (error := p.error_pct) is not None]
         comparison.kinds[kind] = {
             "ops": len(rows),
             "measured_s": measured_s,
             "predicted_s": predicted_s,
-            "mape_pct": statistics.fmean(errors) if errors else 0.0,
-            "total_error_pct": 100.0 * (predicted_s - measured_s) / measured_s if measured_s else 0.0,
+            "mape_pct": statistics.fmean(errors) if errors else None,
+            "total_error_pct": percent_error(predicted_s, measured_s),
         }
     free = [p for p in predictions if p.modelled and p.kernel is None]
     comparison.kinds["no-kernel"] = {
@@ -381,7 +396,8 @@ def plot_comparison(comparison: Comparison, path: Path) -> None:
     axes.set_xlabel("measured self time per op (µs)")
     axes.set_ylabel("predicted time per op (µs)")
     gemm = comparison.kinds.get("gemm", {}).get("mape_pct")
-    title = f"{Path(comparison.source).name}: step error {comparison.step_error_pct:+.1f} %"
+    step = comparison.step_error_pct
+    title = f"{Path(comparison.source).name}: step error " + ("-" if step is None else f"{step:+.1f} %")
     if gemm is not None:
         title += f", GEMM MAPE {gemm:.1f} %"
     axes.set_title(title, fontsize=10)

@@ -124,8 +124,8 @@ def _load_json(path: Path) -> Any:
             raise TraceError(f"{path}: broken gzip file ({error})") from None
     try:
         return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a text file; expected Chrome Trace Event JSON") from None
+    except UnicodeDecodeError as error:
+        raise TraceError(f"{path}: not UTF-8 text (byte {error.start}); expected Chrome Trace Event JSON") from None
     except RecursionError:
         raise TraceError(f"{path}: nested too deeply to be a trace") from None
     except json.JSONDecodeError as error:
@@ -148,11 +148,23 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+ASYNC_PHASES = frozenset(("b", "e", "n", "S", "T", "F"))
+"""Async span events (legacy ``S``/``T``/``F`` too): timed, but matched by id across tracks;
+counted as skipped, not read. Flows (``s``/``t``/``f``: torch's forward-backward links), instants,
+counters and metadata mark no span of work and are not counted."""
+
+
+def _identifier(value: Any) -> bool:
+    """Whether ``value`` can be a pid or tid: a string, a number or absent (not a list or an object)."""
+    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+
+
 def _track_names(events: list[Any]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     for event in events:
-        if isinstance(event, Mapping) and event.get("ph") == "M":
+        if (isinstance(event, Mapping) and event.get("ph") == "M" and _identifier(event.get("pid"))
+                and _identifier(event.get("tid"))):
             name = (event.get("args") or {}).get("name") if isinstance(event.get("args"), Mapping) else None
             if not isinstance(name, str):
                 continue
@@ -175,6 +187,9 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             skipped["event whose name is not a string"] += 1
             continue
         phase = event.get("ph")
+        if phase in ("X", "B", "E") and not (_identifier(event.get("pid")) and _identifier(event.get("tid"))):
+            skipped["event whose pid or tid is not a number or string"] += 1
+            continue
         if phase == "X":
             if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
                 skipped["X event without numeric ts/dur"] += 1
@@ -191,10 +206,16 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
                 skipped["E event without a matching B"] += 1
                 continue
             begin = stack.pop()
+            duration = _number(float(event["ts"]) - float(begin["ts"]))
+            if duration is None or duration < 0:
+                skipped["B/E pair ending before it begins or after 1e15 us"] += 1
+                continue
             merged = dict(begin)
             merged["ph"] = "X"
-            merged["dur"] = max(0.0, float(event["ts"]) - float(begin["ts"]))
+            merged["dur"] = duration
             complete.append(merged)
+        elif isinstance(phase, str) and phase in ASYNC_PHASES:
+            skipped["async span events (b/e/n), not read"] += 1
     unended = sum(len(stack) for stack in open_spans.values())
     if unended:
         skipped["B event never ended"] += unended
@@ -247,7 +268,9 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     processes, threads = _track_names(events)
     complete = _complete_events(events, skipped)
     if not complete:
-        raise TraceError(f"{source}: no complete ('X' or 'B'/'E') events: not a timeline trace?")
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
+        hint = f" (skipped: {reasons})" if reasons else ": not a timeline trace?"
+        raise TraceError(f"{source}: no complete ('X' or 'B'/'E') events{hint}")
     is_torch = (
         "schemaVersion" in metadata
         or "deviceProperties" in metadata

@@ -55,14 +55,15 @@ def report() -> None:
             models[blas] = CostModel(CalibratedEfficiency(cal, blas=blas, cache=args.cache))
         result = compare_trace(trace, models[blas], cpu, threads)
         name = path.name.split(".")[0]
+        step = "-" if result.step_error_pct is None else f"{result.step_error_pct:+.1f} %"
         cells = []
         for kind in ("gemm", "conv"):
             row = result.kinds.get(kind)
-            cells.append(f"{row['mape_pct']:.1f} % ({row['ops']})" if row else "-")
+            cells.append(f"{row['mape_pct']:.1f} % ({row['ops']})" if row and row.get("mape_pct") is not None else "-")
         print(
             f"| {name} | {threads} | {blas} | {result.measured_step_s * 1e3:.1f} ms "
             f"| {result.predicted_step_s * 1e3:.1f} ms "
-            f"| {result.step_error_pct:+.1f} % | {cells[0]} | {cells[1]} | {result.ops_modelled}/{result.ops_total} |"
+            f"| {step} | {cells[0]} | {cells[1]} | {result.ops_modelled}/{result.ops_total} |"
         )
 
 
