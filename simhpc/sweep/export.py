@@ -1,4 +1,7 @@
-"""Tables of a sweep's results: ``results.csv`` (and ``results.parquet`` if pyarrow is present)."""
+"""Tables of a sweep's results: ``results.csv`` (and ``results.parquet`` if pyarrow is present).
+
+Deterministic: the same runs give the same bytes. The wall-clock time of each run is not
+exported (``results.sqlite`` keeps it, column ``wall_s`` of table ``runs``)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 from simhpc.sweep.store import RunRecord
 
-FIXED_COLUMNS = ("key", "status", "seed", "wall_s", "error")
+FIXED_COLUMNS = ("key", "status", "seed", "error")
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -33,7 +36,7 @@ def _cell(value: Any) -> Any:
 
 
 def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Columns and rows: key, status, seed, wall_s, error, ``param.<path>``..., summary scalars."""
+    """Columns and rows: key, status, seed, error, ``param.<path>``..., summary scalars."""
     records = list(records)
     param_columns: dict[str, None] = {}
     summary_columns: set[str] = set()
@@ -43,7 +46,6 @@ def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]
             "key": record.key,
             "status": record.status,
             "seed": record.seed,
-            "wall_s": record.wall_s,
             "error": (record.error or "").splitlines()[0] if record.error else None,
         }
         for path, value in record.params.items():
