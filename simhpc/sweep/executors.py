@@ -7,6 +7,7 @@ finishes, in completion order, so the parent can store every result at once.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import multiprocessing
 import os
 import signal
@@ -119,6 +120,10 @@ def _interrupts_held(ignore_ctrl_c: bool = False) -> Iterator[None]:
     signal.signal(signal.SIGTERM, hold)
     try:
         yield
+    except Exception:
+        if received:  # sent to the process group, the signal also killed the processes starting
+            raise KeyboardInterrupt from None
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -238,6 +243,8 @@ class DaskExecutor(SweepExecutor):
     def __exit__(self, kind: object, *rest: object) -> None:
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
+        if kind is not None:
+            _quiet_dask_logs()
         if client is not None:
             client.close()
         if cluster is not None:
@@ -260,11 +267,19 @@ class DaskExecutor(SweepExecutor):
                     outcome = future.result()
                 except Exception as error:  # a worker died (KilledWorker), or the result was lost
                     outcome = _failed(point, error, "dask executor")
+                future.release()  # stored by the caller: a worker lost later need not recompute it
                 yield point, outcome
         finally:
             pending = [future for future in futures if not future.done()]
             if pending and self._client is not None:
+                _quiet_dask_logs()  # cancelled runs would each log a warning
                 self._client.cancel(pending)
+
+
+def _quiet_dask_logs() -> None:
+    """Silence Dask's warnings while an interrupted sweep stops its runs (one per cancelled task,
+    one per worker killed): the sweep's own message says what happened."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def open_executor(config: ExecutorConfig, runs: int | None = None) -> SweepExecutor:
