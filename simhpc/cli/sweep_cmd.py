@@ -10,6 +10,7 @@ import click
 
 from simhpc.cli.main import user_errors
 from simhpc.sweep import ExecutorConfig, SweepError, SweepPlan, SweepReport, load_plan, run_sweep
+from simhpc.sweep.store import store_path
 
 INTERRUPTED = 130
 SHOWN_ERRORS = 5
@@ -73,8 +74,11 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
         report = run_sweep(plan, folder, config, retry_errors=retry_errors, run_outputs=run_outputs,
                            progress=not quiet, log=log)
     except KeyboardInterrupt:
-        click.echo(f"sweep: interrupted; finished runs are stored in {folder}, "
-                   "run the same command again to resume", err=True)
+        if store_path(folder).exists():
+            click.echo(f"sweep: interrupted; finished runs are stored in {folder}, "
+                       "run the same command again to resume", err=True)
+        else:
+            click.echo("sweep: interrupted before any run started; nothing was stored", err=True)
         sys.exit(INTERRUPTED)
     _print_report(report)
     if report.failed:
