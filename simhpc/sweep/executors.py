@@ -230,7 +230,7 @@ class DaskExecutor(SweepExecutor):
             with _interrupts_held(ignore_ctrl_c=True):
                 self._cluster = distributed.LocalCluster(
                     n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address=None)
+                    dashboard_address=None, silence_logs=logging.ERROR)  # no warning per run an interrupt cancels
                 self._client = distributed.Client(self._cluster)
         except (OSError, RuntimeError, TimeoutError) as error:
             self.__exit__(type(error))
@@ -243,8 +243,6 @@ class DaskExecutor(SweepExecutor):
     def __exit__(self, kind: object, *rest: object) -> None:
         client, cluster = self._client, self._cluster
         self._client = self._cluster = None
-        if kind is not None:
-            _quiet_dask_logs()
         if client is not None:
             client.close()
         if cluster is not None:
@@ -272,14 +270,7 @@ class DaskExecutor(SweepExecutor):
         finally:
             pending = [future for future in futures if not future.done()]
             if pending and self._client is not None:
-                _quiet_dask_logs()  # cancelled runs would each log a warning
                 self._client.cancel(pending)
-
-
-def _quiet_dask_logs() -> None:
-    """Silence Dask's warnings while an interrupted sweep stops its runs (one per cancelled task,
-    one per worker killed): the sweep's own message says what happened."""
-    logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def open_executor(config: ExecutorConfig, runs: int | None = None) -> SweepExecutor:
