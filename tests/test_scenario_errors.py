@@ -123,6 +123,11 @@ CASES = [
     ("yaml11-sexagesimal", VALID.replace("iterations: 2", "iterations: 1:30"), [],
      "workload.iterations: Input should be a valid integer, got '1:30'"),
     ("yaml11-octal", VALID.replace("iterations: 2", "iterations: 010"), [], "workload.iterations"),
+    ("alias-bomb", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 8)) + VALID, [],
+     "YAML error: expands to more than 1,000,000 values"),
+    ("catalog-source-not-text", PCIE_SCENARIO, ["--set", "hardware.nodes.v100-pcie-8.source=[1, 2]"],
+     "hardware.nodes.v100-pcie-8.source: expected a string, got a list"),
     ("node-without-gpu-link", PCIE_SCENARIO,
      ["--set", "hardware.nodes.v100-pcie-8.gpu_link=null"],
      "hardware.nodes.v100-pcie-8.gpu_link: node 'v100-pcie-8' has no GPU-GPU link"),

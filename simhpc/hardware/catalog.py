@@ -40,6 +40,14 @@ class CatalogError(ValueError):
         super().__init__(f"{path}: {message}")
 
 
+def _shown(value: Any) -> str:
+    """A value for an error message: a collection by its type only (it may be huge, or a YAML
+    alias expanding exponentially)."""
+    if isinstance(value, (Mapping, list, tuple, set)):
+        return f"a {type(value).__name__}"
+    return repr(value)[:80]
+
+
 class _Fields:
     """Reads typed fields of one mapping, naming the dotted path in every error."""
 
@@ -79,7 +87,14 @@ class _Fields:
     def text(self, key: str, default: Any = ...) -> str:
         value = self.raw(key, default)
         if not isinstance(value, str) or not value:
-            raise CatalogError(f"{self.path}.{key}", f"expected a non-empty string, got {value!r}")
+            raise CatalogError(f"{self.path}.{key}", f"expected a non-empty string, got {_shown(value)}")
+        return value
+
+    def note(self, key: str) -> str:
+        """An optional free-text field (``source``: where the figures come from)."""
+        value = self.raw(key, "")
+        if not isinstance(value, str):
+            raise CatalogError(f"{self.path}.{key}", f"expected a string, got {_shown(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -109,7 +124,7 @@ def _gpu(name: str, data: Any, path: str) -> GpuSpec:
         memory_bandwidth=f.quantity("memory_bandwidth", "bandwidth"),
         memory_capacity=f.quantity("memory_capacity", "size"),
         launch_overhead=f.quantity("launch_overhead", "time", 5e-6, positive=False),
-        source=str(f.raw("source", "")),
+        source=f.note("source"),
     )
 
 
@@ -142,14 +157,14 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
         memory_latency=f.quantity("memory_latency", "time"),
         max_outstanding_misses=f.integer("max_outstanding_misses", 10),
         memory_capacity=f.quantity("memory_capacity", "size", 0, positive=False),
-        source=str(f.raw("source", "")),
+        source=f.note("source"),
     )
 
 
 def _storage(name: str, data: Any, path: str) -> StorageSpec:
     f = _Fields(data, path, ("bandwidth", "latency", "capacity", "shared", "source"))
     return StorageSpec(name, f.quantity("bandwidth", "bandwidth"), f.quantity("latency", "time", positive=False),
-                       f.quantity("capacity", "size"), f.flag("shared", False), str(f.raw("source", "")))
+                       f.quantity("capacity", "size"), f.flag("shared", False), f.note("source"))
 
 
 def _section(data: Any, path: str) -> dict[str, Any]:
@@ -205,7 +220,7 @@ class Catalog:
             nics=f.integer("nics", 1),
             nic=_link(f.raw("nic", nic_default), f"{path}.nic"),
             storage=storage,
-            source=str(f.raw("source", "")),
+            source=f.note("source"),
         )
 
     def merged(self, extra: Mapping[str, Any] | None, origin: str) -> Catalog:

@@ -20,7 +20,7 @@ from simhpc.scenario.messages import describe_validation_error
 from simhpc.scenario.network import GpuCluster
 from simhpc.scenario.overrides import OverrideError, apply_override, parse_override
 from simhpc.scenario.schema import ScenarioBase, scenario_model
-from simhpc.scenario.yamlio import load_yaml
+from simhpc.scenario.yamlio import ExpansionError, load_yaml
 from simhpc.workloads.base import InvalidReference
 
 MAX_SCENARIO_BYTES = 16 * 2**20
@@ -54,7 +54,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "invalid YAML"
-        kind = "YAML error" if isinstance(error, yaml.constructor.ConstructorError) else "YAML syntax error"
+        semantic = isinstance(error, (yaml.constructor.ConstructorError, ExpansionError))
+        kind = "YAML error" if semantic else "YAML syntax error"
         raise ScenarioError(source, "", f"{kind}{where}: {problem}") from None
     if data is None:
         raise ScenarioError(source, "", "file is empty, expected a scenario mapping")

@@ -1,8 +1,9 @@
 """The YAML reader of scenario files, ``--set`` values and sweep specs.
 
-PyYAML's safe loader, with three differences: a key given twice in one mapping is an error
+PyYAML's safe loader, with four differences: a key given twice in one mapping is an error
 (plain YAML silently keeps the last one, hiding a typo'd duplicate); a document nested so
-deeply that the parser would exhaust the Python stack is a :class:`yaml.YAMLError`; and only
+deeply that the parser would exhaust the Python stack, or whose aliases expand it past a million
+values, is a :class:`yaml.YAMLError`; and only
 plain decimal integers are integers (YAML 1.1 also reads ``1:30`` as 90, ``010`` as 8, ``0x3``
 and ``1_000``: here they stay strings, which an integer field then rejects by name).
 """
@@ -58,13 +59,46 @@ UniqueKeyLoader.yaml_implicit_resolvers = {
 UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
 
 
+MAX_VALUES = 1_000_000
+"""Most values (mapping keys and values, list items) a document may expand to with its aliases
+resolved: a few aliases of aliases make a kilobyte file expand exponentially."""
+
+
+class ExpansionError(yaml.YAMLError):
+    """The document's aliases expand it beyond :data:`MAX_VALUES` values."""
+
+    problem = f"expands to more than {MAX_VALUES:,} values (aliases of aliases?)"
+    problem_mark = None
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def _check_expansion(data: Any) -> None:
+    """Raise :class:`ExpansionError` if ``data``, each alias counted where it is used, holds too many values."""
+    stack, count = [data], 0
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ExpansionError()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
 def load_yaml(text: str) -> Any:
     """Parse one YAML document with :class:`UniqueKeyLoader`.
 
     Raises:
-        yaml.YAMLError: a syntax error, a duplicate key, or nesting too deep to read.
+        yaml.YAMLError: a syntax error, a duplicate key, nesting too deep to read, or aliases
+            expanding it beyond :data:`MAX_VALUES` values.
     """
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
     except RecursionError:
         raise NestingError() from None
+    _check_expansion(data)
+    return data
