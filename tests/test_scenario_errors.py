@@ -170,6 +170,9 @@ CASES = [
      "workload.ranks: endpoint 'h0' is listed twice"),
     ("hierarchical-uneven-ranks", TWO_NODES_SCENARIO, ["--set", "workload.ranks=12"],
      "workload.ranks: the hierarchical all-reduce needs the same number of ranks on every node"),
+    ("gpu-without-fp32", MOE_SCENARIO, ["--set", "hardware.gpus.a100={peak_flops: {bf16: 312 TFLOP/s}, "
+                                        "memory_bandwidth: 2039 GB/s, memory_capacity: 80 GiB}"],
+     "hardware.gpus.a100.peak_flops: GPU 'a100' has no fp32 peak"),
     ("replicas-beyond-nodes", MOE_SCENARIO, ["--set", "workload.checkpoint.replicas=3"],
      "workload.checkpoint.replicas: 3 copies of each checkpoint need 3 nodes, the cluster has 2"),
 ]

@@ -71,6 +71,11 @@ class MoETrainingWorkload(Workload):
     @classmethod
     def check(cls, config: MoETrainingConfig, catalog: Catalog, topology: Any) -> None:
         node = gpu_cluster_node("moe_training", catalog, topology, config.model.dtype, "model.dtype")
+        gpu = node.gpu
+        assert gpu is not None  # checked by gpu_cluster_node
+        if "fp32" not in gpu.peak_flops:
+            raise InvalidReference(f"hardware.gpus.{gpu.name}.peak_flops", f"GPU {gpu.name!r} has no fp32 peak, "
+                                   "which the optimizer step over fp32 master weights needs", absolute=True)
         cls._check_layout(config, topology.nodes, node.gpus)
         policy, _ = _policy_options(config)
         storage = _storage_spec(config, catalog, node)
