@@ -433,6 +433,11 @@ def test_host_warnings(cal_path: Path) -> None:
         (lambda d: d["kernels"].update(gemm=[]), "no GEMM points"),
         (lambda d: d["kernels"].update(bogus=[]), "unknown section"),
         (lambda d: d["host"].update(cores="two"), "host.cores"),
+        (lambda d: d.update(microbench=[1]), "microbench: expected an object, got list"),
+        (lambda d: d.update(microbench={"suite_version": "13"}), "microbench.suite_version: expected an integer"),
+        (lambda d: d.update(probes=None), "probes: expected an object"),
+        (lambda d: d.update(probes={"clock": {"clock_hz": "fast"}}), "probes.clock.clock_hz: expected a number"),
+        (lambda d: d.update(fingerprint="x"), "fingerprint: expected an object"),
     ],
 )
 def test_malformed_calibrations(mutate, message: str) -> None:

@@ -141,6 +141,34 @@ def _check_number(value: Any, source: str, path: str) -> None:
         raise _fail(source, path, f"expected a number > 0, got {value!r}")
 
 
+PROBE_NUMBERS = {"clock": "clock_hz", "fma": "flops_per_s"}
+"""The reading of each probe that merging and :func:`derive` use."""
+
+
+def _check_provenance(data: Mapping[str, Any], source: str) -> None:
+    """The optional ``microbench``, ``probes`` and ``fingerprint`` objects, where present."""
+    for key in ("microbench", "probes", "fingerprint"):
+        if key in data and not isinstance(data[key], Mapping):
+            raise _fail(source, key, f"expected an object, got {type(data[key]).__name__}")
+    microbench = data.get("microbench") or {}
+    suite = microbench.get("suite_version")
+    if suite is not None and (isinstance(suite, bool) or not isinstance(suite, int)):
+        raise _fail(source, "microbench.suite_version", f"expected an integer, got {suite!r}")
+    wall = microbench.get("wall_time_s")
+    if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float))
+                             or not math.isfinite(wall) or wall < 0):
+        raise _fail(source, "microbench.wall_time_s", f"expected seconds >= 0, got {wall!r}")
+    probes = data.get("probes") or {}
+    for name, reading in PROBE_NUMBERS.items():
+        probe = probes.get(name)
+        if probe is None:
+            continue
+        if not isinstance(probe, Mapping):
+            raise _fail(source, f"probes.{name}", f"expected an object, got {type(probe).__name__}")
+        if probe.get(reading) is not None:
+            _check_number(probe[reading], source, f"probes.{name}.{reading}")
+
+
 def validate(data: Any, source: str) -> Calibration:
     """Check a parsed calibration object; raises :class:`CalibrationError` naming the field."""
     if not isinstance(data, Mapping):
@@ -159,6 +187,7 @@ def validate(data: Any, source: str) -> Calibration:
         host = HostFacts.from_dict(data.get("host"), "host")
     except HostFactsError as error:
         raise _fail(source, "", str(error)) from None
+    _check_provenance(data, source)
     derived = data.get("derived")
     if not isinstance(derived, Mapping):
         raise _fail(source, "derived", "expected an object")

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from simhpc.costs.calibration_file import Calibration, CalibrationError, build_calibration
+from simhpc.costs.calibration_file import PROBE_NUMBERS, Calibration, CalibrationError, build_calibration
 
 MEASUREMENT_FIELDS = frozenset(
     {"time_s", "spread_s", "min_s", "samples", "calls_per_sample", "rounds", "latency_s", "steps"}
@@ -54,6 +54,12 @@ def fastest_rows(measurements: Iterable[Mapping[str, list[dict[str, Any]]]]) -> 
     return kernels
 
 
+def _fastest_probe(calibrations: Sequence[Calibration], name: str, reading: str) -> dict[str, Any]:
+    """Probe ``name`` of the calibration whose ``reading`` of it is highest ({} if none has it)."""
+    probes = [(c.data.get("probes") or {}).get(name) or {} for c in calibrations]
+    return max(probes, key=lambda probe: probe.get(reading) or 0)
+
+
 def merge_calibrations(calibrations: Sequence[Calibration], created: str | None = None) -> dict[str, Any]:
     """One calibration object from several of the same host and suite: per point the fastest row.
 
@@ -73,10 +79,7 @@ def merge_calibrations(calibrations: Sequence[Calibration], created: str | None 
                 f"{other.source}: microbenchmark suite version differs from {first.source}'s ({suite}); not merged"
             )
     kernels = fastest_rows(calibration.data["kernels"] for calibration in calibrations)
-    probes = {
-        "clock": max((c.data["probes"].get("clock") or {} for c in calibrations), key=lambda p: p.get("clock_hz", 0)),
-        "fma": max((c.data["probes"].get("fma") or {} for c in calibrations), key=lambda p: p.get("flops_per_s", 0)),
-    }
+    probes = {name: _fastest_probe(calibrations, name, reading) for name, reading in PROBE_NUMBERS.items()}
     runs = [
         {"created": c.data.get("created", c.source), "wall_time_s": (c.data.get("microbench") or {}).get("wall_time_s")}
         for c in calibrations
