@@ -38,6 +38,7 @@ def summarise(workload: Any) -> dict[str, Any]:
         "iterations_done": len(done),
         "iterations_executed": len(records),
         "mean_iteration_time_s": _mean(steady) if steady else _mean([r.duration for r in done]),
+        "mean_of_iterations": len(steady) if steady else len(done),  # all of them if warm-up left none
         "iteration_times_s": [r.duration for r in done],
         "stall_s": trainer.stall_time,
         "profile_s": trainer.profile_time,

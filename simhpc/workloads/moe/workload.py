@@ -82,6 +82,8 @@ class MoETrainingWorkload(Workload):
         if getattr(policy, "needs_storage", False) and storage is None:
             raise InvalidReference("checkpoint.storage", f"policy {config.checkpoint.policy!r} writes to "
                                    f"storage, and node {topology.node!r} has none: name a catalog storage")
+        if config.failures.mtbf is not None and config.failures.mtbf <= 0:
+            raise InvalidReference("failures.mtbf", "must be > 0 (leave it out for no drawn failures)")
         replicas = config.checkpoint.replicas
         if "replicas" in config.checkpoint.model_fields_set and replicas > topology.nodes:
             raise InvalidReference("checkpoint.replicas", f"{replicas} copies of each checkpoint need "
