@@ -74,6 +74,13 @@ def test_grid_option_values_are_yaml():
     assert split_values("a,'b,c',[1,2]") == ["a", "'b,c'", "[1,2]"]
 
 
+def test_a_grid_path_given_twice_is_an_error(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE), encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"workload\.algorithm: given twice"):
+        load_plan(path, grid=["workload.algorithm=ring", "workload.algorithm=tree"])
+
+
 def test_set_and_separate_spec_file(tmp_path):
     scenario = write_scenario(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}})
     spec = tmp_path / "spec.yaml"

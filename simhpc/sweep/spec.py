@@ -180,8 +180,16 @@ def parse_grid_option(text: str) -> tuple[str, list[Any]]:
 
 
 def merge_grid(raw: Any, options: Iterable[str]) -> Any:
-    """Add ``--grid`` options to a raw spec mapping (replacing a grid path given in both)."""
+    """Add ``--grid`` options to a raw spec mapping (replacing a grid path the spec gives too).
+
+    Raises:
+        ScenarioError: from source ``--grid`` if two options name the same path.
+    """
     parsed = [parse_grid_option(text) for text in options]
+    paths = [path for path, _ in parsed]
+    repeated = next((path for i, path in enumerate(paths) if path in paths[:i]), None)
+    if repeated is not None:
+        raise ScenarioError("--grid", repeated, "given twice: list all its values in one --grid")
     if not parsed:
         return raw
     if raw is None:
