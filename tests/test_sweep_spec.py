@@ -81,6 +81,15 @@ def test_a_grid_path_given_twice_is_an_error(tmp_path):
         load_plan(path, grid=["workload.algorithm=ring", "workload.algorithm=tree"])
 
 
+def test_a_spec_file_with_more_than_its_sweep_names_the_extra_key(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE), encoding="utf-8")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("sweep:\n  seeds: [1, 2]\nextra: 1\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match="extra: unknown field"):
+        load_plan(path, spec_file=spec)
+
+
 def test_set_and_separate_spec_file(tmp_path):
     scenario = write_scenario(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}})
     spec = tmp_path / "spec.yaml"

@@ -195,7 +195,11 @@ def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterabl
     if spec_file is not None:
         spec_source = str(spec_file)
         loaded = read_yaml(spec_file)
-        raw = loaded["sweep"] if set(loaded) == {"sweep"} else loaded
+        if "sweep" in loaded and len(loaded) > 1:
+            extra = next(key for key in loaded if key != "sweep")
+            raise ScenarioError(spec_source, str(extra), "unknown field: a spec file holds a 'sweep:' mapping "
+                                "or the spec itself (grid, zip, seeds)")
+        raw = loaded.get("sweep", loaded)
     raw = merge_grid(raw, grid)
     spec = parse_spec(raw, spec_source)
     if not spec.paths and spec.seeds is None:
