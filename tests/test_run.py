@@ -78,6 +78,15 @@ def test_every_scenario_runs(scenario):
     assert result.summary["simulated_time_s"] > 0
 
 
+def test_a_run_stopped_by_max_time_says_so(scenarios_dir):
+    """outputs.max_time before the work is done leaves events undone, and the summary flags it."""
+    path = scenarios_dir / "allreduce_two_nodes.yaml"
+    stopped = simulate(load_scenario(path, ["outputs.max_time=1 us"])).summary
+    assert stopped["stopped_at_max_time"] and stopped["simulated_time_s"] == pytest.approx(1e-6)
+    assert not simulate(load_scenario(path, ["outputs.max_time=1000 s"])).summary["stopped_at_max_time"]
+    assert "stopped_at_max_time" not in simulate(load_scenario(path)).summary
+
+
 def test_override_changes_the_run(scenarios_dir):
     base = simulate(load_scenario(scenarios_dir / "allreduce_torus.yaml"))
     bigger = simulate(load_scenario(scenarios_dir / "allreduce_torus.yaml", ["workload.size=128 MiB"]))

@@ -21,7 +21,8 @@ class OutputsConfig(Strict):
     trace: bool = True
     timeline: bool = True
     max_time: Time | None = None
-    """Stop the simulation at this simulated time (default: when all work is done)."""
+    """Stop the simulation at this simulated time (default: when all work is done); the summary's
+    ``stopped_at_max_time`` then says whether work was left."""
 
 
 class ScenarioBase(Strict):
