@@ -173,6 +173,8 @@ CASES = [
     ("gpu-without-fp32", MOE_SCENARIO, ["--set", "hardware.gpus.a100={peak_flops: {bf16: 312 TFLOP/s}, "
                                         "memory_bandwidth: 2039 GB/s, memory_capacity: 80 GiB}"],
      "hardware.gpus.a100.peak_flops: GPU 'a100' has no fp32 peak"),
+    ("override-duplicate-key", VALID, ["--set", "workload={kind: collective, kind: collective}"],
+     "workload: key 'kind' is given twice"),
     ("mtbf-zero", MOE_SCENARIO, ["--set", "workload.failures.mtbf=0 s"],
      "workload.failures.mtbf: must be > 0"),
     ("replicas-beyond-nodes", MOE_SCENARIO, ["--set", "workload.checkpoint.replicas=3"],

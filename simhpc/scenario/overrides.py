@@ -6,8 +6,9 @@ import copy
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
-from simhpc.scenario.yamlio import load_yaml
+from simhpc.scenario.yamlio import ExpansionError, load_yaml
 
 
 class OverrideError(ValueError):
@@ -28,8 +29,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise OverrideError(path or text, f"malformed path in --set {text!r}")
     try:
         value = load_yaml(raw) if raw.strip() else ""
+    except (ConstructorError, ExpansionError) as error:  # valid syntax, refused content: say why
+        raise OverrideError(path, str(getattr(error, "problem", None) or error)) from None
     except yaml.YAMLError:
-        value = raw
+        value = raw  # not YAML: the text itself ('100 Gb/s: fast', say)
     return path, value
 
 
