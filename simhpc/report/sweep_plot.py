@@ -145,7 +145,7 @@ def select(records: list[RunRecord], where: Iterable[str]) -> list[RunRecord]:
         try:
             path, wanted = parse_override(text)
         except OverrideError as error:
-            raise PlotError(f"--where {text!r}: {error}") from None
+            raise PlotError(f"--where {text!r}: {str(error).replace('--set', '--where')}") from None
         _check_path(records, path, "--where")
         records = [record for record in records if _matches(record, path, wanted)]
         if not records:
