@@ -20,14 +20,20 @@ from yaml.nodes import MappingNode
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class NestingError(yaml.YAMLError):
-    """The document is nested too deeply to be read."""
+class _LimitError(yaml.YAMLError):
+    """A document beyond a limit of the reader (no position: the whole document is)."""
 
-    problem = "nested too deeply"
+    problem = ""
     problem_mark = None
 
     def __str__(self) -> str:
         return self.problem
+
+
+class NestingError(_LimitError):
+    """The document is nested too deeply to be read."""
+
+    problem = "nested too deeply"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -64,14 +70,10 @@ MAX_VALUES = 1_000_000
 resolved: a few aliases of aliases make a kilobyte file expand exponentially."""
 
 
-class ExpansionError(yaml.YAMLError):
+class ExpansionError(_LimitError):
     """The document's aliases expand it beyond :data:`MAX_VALUES` values."""
 
     problem = f"expands to more than {MAX_VALUES:,} values (aliases of aliases?)"
-    problem_mark = None
-
-    def __str__(self) -> str:
-        return self.problem
 
 
 def _check_expansion(data: Any) -> None:
