@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -102,7 +101,7 @@ def simulate(
     if error:
         summary["error"] = error
     if scenario.outputs.max_time is not None and status == "ok":
-        summary["stopped_at_max_time"] = sim.env.peek() != math.inf  # work was left when it stopped
+        summary["stopped_at_max_time"] = sim.work_left
     summary["workload"] = workload.summary()
     network = workload.ctx.network
     if network is not None:

@@ -81,6 +81,15 @@ def test_mtbf_failures_are_drawn_from_the_seed():
     assert again["failures"] == first["failures"]
 
 
+def test_a_failure_due_after_training_does_not_stretch_the_run():
+    """The run ends with the training: a failure drawn or set for later is not waited for, so
+    simulated time (and every utilisation over it) is the training's."""
+    late = run("gemini", **{"workload.failures": {"at": [{"time": "1000 s", "node": 0}], "mtbf": "1000 s"}})
+    assert late["workload"]["failures"]["count"] == 0
+    assert late["simulated_time_s"] == pytest.approx(late["workload"]["makespan_s"])
+    assert late["simulated_time_s"] == pytest.approx(run("gemini")["simulated_time_s"])
+
+
 def test_training_is_abandoned_when_failures_outpace_checkpoints():
     """An MTBF far below an iteration: every failure restores the same state, so the run stops
     after ``give_up_after`` of them instead of rolling back forever."""

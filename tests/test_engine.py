@@ -30,6 +30,26 @@ def test_run_counts_events_and_stops_at_until():
     assert sim.events_processed == 12 > first
 
 
+def test_background_timeouts_do_not_keep_the_run_going():
+    sim = Simulation()
+    fired = []
+
+    def watcher():
+        yield sim.background_timeout(100.0)
+        fired.append(sim.now)
+
+    def work():
+        yield sim.timeout(1.0)
+        yield sim.env.any_of([sim.background_timeout(0.5), sim.timeout(1.0)])  # the first fires
+        fired.append(sim.now)
+        yield sim.timeout(1.0)
+
+    sim.process(watcher())
+    sim.process(work())
+    sim.run()
+    assert sim.now == pytest.approx(2.5) and fired == [1.5] and not sim.work_left
+
+
 def test_stream_serialises_work_and_records_spans():
     sim = Simulation()
     gpu = Device(sim, "gpu0", memory_capacity=100.0)

@@ -29,6 +29,7 @@ class Simulation:
         self.counters: Counter[str] = Counter()
         self.events_processed = 0
         self._rngs: dict[str, np.random.Generator] = {}
+        self._background = 0  # background timeouts scheduled and not yet processed
 
     @property
     def now(self) -> float:
@@ -57,23 +58,42 @@ class Simulation:
         """A fresh event to be triggered by hand."""
         return self.env.event()
 
+    def background_timeout(self, delay: float) -> simpy.Timeout:
+        """A timeout that does not keep the run going: once only such timeouts are left,
+        :meth:`run` ends, and a process waiting on one alone is not resumed (a failure due after
+        the training is over must not stretch the run)."""
+        timeout = self.env.timeout(delay)
+        self._background += 1
+        timeout.callbacks.append(self._background_processed)
+        return timeout
+
+    def _background_processed(self, event: simpy.Event) -> None:
+        self._background -= 1
+
+    @property
+    def work_left(self) -> bool:
+        """Whether events other than background timeouts are scheduled."""
+        return len(self.env._queue) > self._background  # simpy's event heap
+
     def run(self, until: float | None = None) -> None:
-        """Process events until none remain (or simulated time reaches ``until``).
+        """Process events until only :meth:`background_timeout` ones remain (or simulated time
+        reaches ``until``).
 
         Counts every processed event in :attr:`events_processed`. An exception raised inside
         a process (a simulated OOM, say) propagates from here.
         """
         env = self.env
         step = env.step
+        queue = env._queue
         processed = 0
         try:
             if until is None:
-                while True:
+                while len(queue) > self._background:
                     step()
                     processed += 1
             else:
                 peek = env.peek
-                while peek() < until:
+                while peek() < until and len(queue) > self._background:
                     step()
                     processed += 1
                 env._now = max(env.now, float(until))

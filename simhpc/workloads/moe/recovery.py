@@ -108,7 +108,7 @@ class FailureInjector:
             if self.trainer.finished.triggered:
                 return
             if time > self.sim.now:
-                yield self.sim.env.any_of([self.sim.timeout(time - self.sim.now), self.trainer.finished])
+                yield self.sim.env.any_of([self.sim.background_timeout(time - self.sim.now), self.trainer.finished])
                 if self.trainer.finished.triggered:
                     return
             yield from self._fail(node)
