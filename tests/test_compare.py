@@ -581,7 +581,7 @@ def test_odd_events_are_counted_not_fatal(tmp_path: Path) -> None:
     assert parse_trace([*_events(), *odd], "mem").skipped == {
         "event whose pid or tid is not a number or string": 1,
         "B/E pair ending before it begins or after 1e15 us": 2,
-        "async span events (b/e/n), not read": 2,
+        "async span events (b/e/n, S/T/F), not read": 2,
     }
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(odd))
@@ -595,6 +595,8 @@ def test_ops_of_other_namespaces_empty_tensors_and_integer_products() -> None:
     assert classify("quantized::linear_dynamic", "cpu_op") == "unknown"
     assert classify("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op") == "group"
     assert classify("torch::autograd::AccumulateGrad", "cpu_op") == "group"
+    assert classify("profiler::_record_function_exit._RecordFunction", "cpu_op") == "group"
+    assert classify("_c10d_functional::all_reduce", "cpu_op") == "comm"
     empty = kernel_for("aten::add", "elementwise", [[0], [0], []], ["float", "float", "Scalar"], [], False)
     assert empty.kernel is None and empty.reason == ""
     integer = kernel_for("aten::mm", "gemm", [[512, 512], [512, 512]], ["long int", "long int"], [], False)

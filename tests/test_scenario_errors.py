@@ -9,6 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from simhpc.cli import main
+from simhpc.scenario.overrides import OverrideError, parse_override
 
 VALID = """\
 name: ok
@@ -236,3 +237,10 @@ def test_checkpoint_buffer_too_small_for_the_state(tmp_path: Path):
                                        "--set", "workload.checkpoint.buffer=0.5"])
     assert result.exit_code == 2, result.output
     assert "workload.checkpoint.buffer: a buffer of 0.5 B cuts each GPU's" in result.stderr
+
+
+def test_set_values_that_are_not_yaml_stay_text_but_refused_yaml_is_reported() -> None:
+    assert parse_override("name=!tagged") == ("name", "!tagged")
+    assert parse_override("name=[1, 2") == ("name", "[1, 2")
+    with pytest.raises(OverrideError, match="given twice"):
+        parse_override("workload={kind: a, kind: b}")

@@ -148,10 +148,10 @@ COMPILED_GRAPH = "## Call CompiledFxGraph"
 kernels that the profiler does not record op by op."""
 
 
-AUTOGRAD_NAMESPACES = ("autograd::", "torch::autograd::")
-"""Namespaced ``cpu_op`` spans that are autograd's bookkeeping (engine nodes, ``AccumulateGrad``),
-not operators."""
-COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "mpi:", "ucc:")
+BOOKKEEPING_NAMESPACES = ("autograd::", "torch::autograd::", "profiler::")
+"""Namespaced ``cpu_op`` spans that are bookkeeping (autograd's engine nodes and
+``AccumulateGrad``, the profiler's record_function ops), not operators."""
+COMM_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "mpi:", "ucc:")
 """Collective-communication ops of ``torch.distributed`` (the launch and the backends' own spans)."""
 
 
@@ -164,7 +164,7 @@ def classify(name: str, category: str = "") -> str:
     if name.startswith(COMM_PREFIXES) or name == "record_param_comms":
         return "comm"
     if not name.startswith("aten::"):
-        if category == "cpu_op" and "::" in name and not name.startswith(AUTOGRAD_NAMESPACES):
+        if category == "cpu_op" and "::" in name and not name.startswith(BOOKKEEPING_NAMESPACES):
             return "unknown"  # an operator of another library: quantized::, torchvision::, a custom op
         return "group" if category in ("cpu_op", "user_annotation", "python_function") else "span"
     op = base_name(name)

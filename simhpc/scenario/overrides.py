@@ -6,9 +6,8 @@ import copy
 from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError
 
-from simhpc.scenario.yamlio import ExpansionError, load_yaml
+from simhpc.scenario.yamlio import DuplicateKeyError, ExpansionError, load_yaml
 
 
 class OverrideError(ValueError):
@@ -29,10 +28,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise OverrideError(path or text, f"malformed path in --set {text!r}")
     try:
         value = load_yaml(raw) if raw.strip() else ""
-    except (ConstructorError, ExpansionError) as error:  # valid syntax, refused content: say why
+    except (DuplicateKeyError, ExpansionError) as error:  # YAML, refused as a value: say why
         raise OverrideError(path, str(getattr(error, "problem", None) or error)) from None
     except yaml.YAMLError:
-        value = raw  # not YAML: the text itself ('100 Gb/s: fast', say)
+        value = raw  # not readable as YAML ('[1, 2', '!tag x'): the text itself
     return path, value
 
 

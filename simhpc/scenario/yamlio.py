@@ -36,6 +36,10 @@ class NestingError(_LimitError):
     problem = "nested too deeply"
 
 
+class DuplicateKeyError(ConstructorError):
+    """A mapping gives the same key twice."""
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that rejects duplicate keys in a mapping (``<<`` merge keys may still be
     overridden, as YAML intends)."""
@@ -51,8 +55,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # unhashable: the base constructor reports it
             if first is not None:
-                raise ConstructorError(None, None, f"key {key!r} is given twice (first at line {first + 1})",
-                                       key_node.start_mark)
+                raise DuplicateKeyError(None, None, f"key {key!r} is given twice (first at line {first + 1})",
+                                        key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 

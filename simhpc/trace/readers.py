@@ -215,7 +215,7 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             merged["dur"] = duration
             complete.append(merged)
         elif isinstance(phase, str) and phase in ASYNC_PHASES:
-            skipped["async span events (b/e/n), not read"] += 1
+            skipped["async span events (b/e/n, S/T/F), not read"] += 1
     unended = sum(len(stack) for stack in open_spans.values())
     if unended:
         skipped["B event never ended"] += unended
