@@ -197,6 +197,10 @@ _PARSERS = {
 }
 
 
+QUANTITY_KINDS = tuple(_PARSERS)
+"""The kinds :func:`parse_quantity` reads."""
+
+
 def parse_quantity(value: object, kind: str) -> float:
     """Parse ``value`` as a quantity of ``kind`` (time, size, bandwidth, rate, frequency)."""
     try:

@@ -64,6 +64,10 @@ def test_bar_plot_for_categorical_x_and_note_about_other_params(sweep_dir):
     filtered = plot_sweep(sweep_dir, "workload.algorithm", "workload.busbw_Bps",
                           where=["workload.size=64 MiB"], name="filtered")
     assert [g.n for g in filtered.groups] == [2, 2] and not any("averaged" in n for n in filtered.notes)
+    for spelling in ("64MiB", "67108864", "0.0625 GiB"):  # the same size, however written
+        again = plot_sweep(sweep_dir, "workload.algorithm", "workload.busbw_Bps", where=[f"workload.size={spelling}"],
+                           name="filtered")
+        assert [g.n for g in again.groups] == [2, 2], spelling
 
 
 @pytest.mark.parametrize(("args", "message"), [

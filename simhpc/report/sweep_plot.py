@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from simhpc.errors import SimhpcError
 from simhpc.scenario.overrides import OverrideError, parse_override
 from simhpc.sweep.store import ResultStore, RunRecord
+from simhpc.units import QUANTITY_KINDS, UnitError, parse_quantity
 
 ErrorBar = Literal["ci95", "std"]
 Kind = Literal["auto", "line", "bar"]
@@ -136,7 +137,21 @@ def _numeric_metrics(summaries: Iterable[dict[str, Any]], prefix: str = "") -> l
 def _matches(record: RunRecord, path: str, wanted: Any) -> bool:
     resolved, label = _param(record, path)
     written = record.params.get(path, _MISSING)
-    return wanted in (resolved, written) or str(wanted) == label
+    if wanted in (resolved, written) or str(wanted) == label:
+        return True
+    return isinstance(wanted, str) and _is_number(resolved) and any(
+        math.isclose(quantity, resolved, rel_tol=1e-9) for quantity in _quantities(wanted))
+
+
+def _quantities(text: str) -> list[float]:
+    """``text`` read as each kind of quantity it parses as (``100Gb/s``: a bandwidth in B/s)."""
+    values = []
+    for kind in QUANTITY_KINDS:
+        try:
+            values.append(parse_quantity(text, kind))
+        except (UnitError, ValueError):
+            continue
+    return values
 
 
 def select(records: list[RunRecord], where: Iterable[str]) -> list[RunRecord]:
