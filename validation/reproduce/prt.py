@@ -8,7 +8,7 @@ memory imbalance (max/min peak per GPU) of 1F1B and PRT; the ceiling of the same
 free GPU-GPU transfers and no per-op overhead (what the bubbles alone allow at this m); and how
 the gain moves with the number of micro-batches, the per-op overhead and the link latency.
 
-    .venv/bin/python validation/reproduce/prt.py            # flow-level network (~2-3 min)
+    .venv/bin/python validation/reproduce/prt.py            # flow-level network (~30 s)
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
 
 The paper's figures are targets only; nothing in the simulator reads them.
