@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import simpy
-from simpy.core import EmptySchedule
 
 from simhpc.engine.recorder import TraceRecorder
 
@@ -86,7 +85,7 @@ class Simulation:
         step = env.step
         queue = env._queue
         processed = 0
-        try:
+        try:  # each loop steps only while foreground events are queued: never on an empty queue
             if until is None:
                 while len(queue) > self._background:
                     step()
@@ -97,7 +96,5 @@ class Simulation:
                     step()
                     processed += 1
                 env._now = max(env.now, float(until))
-        except EmptySchedule:
-            pass
         finally:
             self.events_processed += processed

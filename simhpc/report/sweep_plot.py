@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from simhpc.errors import SimhpcError
 from simhpc.scenario.overrides import OverrideError, parse_override
 from simhpc.sweep.store import ResultStore, RunRecord
-from simhpc.units import QUANTITY_KINDS, UnitError, parse_quantity
+from simhpc.units import QUANTITY_KINDS, parse_quantity
 
 ErrorBar = Literal["ci95", "std"]
 Kind = Literal["auto", "line", "bar"]
@@ -149,7 +149,7 @@ def _quantities(text: str) -> list[float]:
     for kind in QUANTITY_KINDS:
         try:
             values.append(parse_quantity(text, kind))
-        except (UnitError, ValueError):
+        except ValueError:  # UnitError included
             continue
     return values
 
