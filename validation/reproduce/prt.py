@@ -1,6 +1,6 @@
 """Reproduce PRT (pipeline reuse, CLUSTER 2025) on the simulated 8-GPU node.
 
-For each model (scenarios/pipeline_<model>.yaml: 8 x V100 NVLink, fp16, 8 micro-batches,
+For each model (scenarios/pipeline_<model>.yaml: 8 x V100 NVLink, fp32, 8 micro-batches,
 50 us per-op overhead) prints the throughput of the depth = #GPU baselines (1F1B for the
 unidirectional case, Chimera for the bidirectional one), of PRT at its best reuse factor k
 (depth 8k; round-robin map), the gain, and the paper's "up to" figure beside ours; then the
