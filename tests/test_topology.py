@@ -350,3 +350,17 @@ def test_topology_rejects_bad_links() -> None:
         topo.connect("b", "a", 1.0, 0.0)
     with pytest.raises(ValueError, match="added twice"):
         topo.add_switch("a")
+
+
+@pytest.mark.parametrize("build", [
+    lambda: single_switch(hosts=5, bandwidth=10 * GB, latency=1e-6),
+    lambda: fat_tree(hosts=40, hosts_per_leaf=8, bandwidth=10 * GB, latency=1e-6, oversubscription=2.0),
+    lambda: dragonfly(groups=4, routers_per_group=2, hosts_per_router=2, bandwidth=10 * GB, latency=1e-6),
+    lambda: torus(dims=(3, 2, 2), bandwidth=10 * GB, latency=1e-6),
+    lambda: dgx(2, fabric="fat_tree", nodes_per_leaf=1),
+], ids=["single_switch", "fat_tree", "dragonfly", "torus", "gpu_cluster"])
+def test_a_single_link_node_shares_its_neighbours_search(build) -> None:
+    """The shortcut tree of a node with one outgoing link equals a full search from it."""
+    topo = build()
+    for node in topo.nodes:
+        assert topo._tree(node) == topo._search(node), node

@@ -331,11 +331,32 @@ class Topology:
         return links
 
     def _tree(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
-        """Equal-cost predecessors (node, link) of every node reachable from ``src``, by name."""
+        """Equal-cost predecessors (node, link) of every node reachable from ``src``, by name (cached).
+
+        A node with a single outgoing link (a host under its leaf switch) reaches everything
+        through that link's far end, so its tree is the far end's with the first hop prepended:
+        every path from it is that hop plus a path from the far end, the same constant added to
+        every label, so the same least-cost predecessors win. Hosts of a leaf share one search.
+        """
         tree = self._trees.get(src)
         if tree is not None:
             self._trees.move_to_end(src)
             return tree
+        out = self._adjacency[src]
+        if len(out) == 1 and out[0][0] != src and self._transit[out[0][0]]:
+            via, index = out[0]
+            tree = dict(self._tree(via))
+            tree[via] = ((src, index),)
+            tree[src] = ()
+        else:
+            tree = self._search(src)
+        self._trees[src] = tree
+        if len(self._trees) > _TREE_CACHE:
+            self._trees.popitem(last=False)
+        return tree
+
+    def _search(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Dijkstra from ``src`` over (cost, hops) labels, keeping every equal-cost predecessor."""
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
         preds: dict[str, list[tuple[str, int]]] = {src: []}
         done: set[str] = set()
@@ -357,8 +378,4 @@ class Topology:
                     heapq.heappush(heap, (label[0], label[1], nxt))
                 elif label == known:
                     preds[nxt].append((node, index))
-        tree = {node: tuple(sorted(choices)) for node, choices in preds.items()}
-        self._trees[src] = tree
-        if len(self._trees) > _TREE_CACHE:
-            self._trees.popitem(last=False)
-        return tree
+        return {node: tuple(sorted(choices)) for node, choices in preds.items()}
