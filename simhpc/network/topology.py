@@ -333,18 +333,19 @@ class Topology:
     def _tree(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
         """Equal-cost predecessors (node, link) of every node reachable from ``src``, by name (cached).
 
-        A node with a single outgoing link (a host under its leaf switch) reaches everything
-        through that link's far end, so its tree is the far end's with the first hop prepended:
-        every path from it is that hop plus a path from the far end, the same constant added to
-        every label, so the same least-cost predecessors win. Hosts of a leaf share one search.
+        A node whose single outgoing link leads to a node with several (a host under its leaf
+        switch) reaches everything through that link's far end, so its tree is the far end's with
+        the first hop prepended: every path from it is that hop plus a path from the far end, the
+        same constant added to every label, so the same least-cost predecessors win. Hosts of a
+        leaf share one search.
         """
         tree = self._trees.get(src)
         if tree is not None:
             self._trees.move_to_end(src)
             return tree
         out = self._adjacency[src]
-        if len(out) == 1 and out[0][0] != src and self._transit[out[0][0]]:
-            via, index = out[0]
+        via, index = out[0] if len(out) == 1 else (src, -1)
+        if via != src and self._transit[via] and len(self._adjacency[via]) > 1:
             tree = dict(self._tree(via))
             tree[via] = ((src, index),)
             tree[src] = ()
