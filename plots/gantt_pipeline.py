@@ -12,8 +12,10 @@ bidirectional (k=2) and ZB-H1 (depth 8, split backward), first iteration, on one
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from simhpc.errors import SimhpcError
 from simhpc.report.gantt import plot_gantts
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
@@ -33,9 +35,12 @@ def run(scenario: Path, overrides: list[str]) -> tuple[str, object]:
     config = load_scenario(scenario, [*overrides, "workload.iterations=1"])
     result = simulate(config, str(scenario))
     workload = result.summary["workload"]
-    title = (f"{config.name}: {workload['schedule']['kind']}, {workload['stages']} stages, "
-             f"{workload['throughput_samples_per_second']:.0f} samples/s, "
-             f"bubble {workload['bubble_fraction']:.0%}")
+    title = f"{config.name}: {workload['schedule']['kind']}, {workload['stages']} stages, "
+    if result.summary["status"] == "oom":  # the ops that ran before it
+        title += result.summary["error"]["message"]
+    else:
+        title += (f"{workload['throughput_samples_per_second']:.0f} samples/s, "
+                  f"bubble {workload['bubble_fraction']:.0%}")
     return title, result.sim.trace
 
 
@@ -45,6 +50,15 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
     parser.add_argument("-o", "--output", type=Path, help="PNG to write")
     args = parser.parse_args()
+    try:
+        draw(args)
+    except SimhpcError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def draw(args: argparse.Namespace) -> None:
+    """Simulate the panels ``args`` asks for and write the figure."""
     if args.scenario is None:
         scenario = ROOT / "scenarios" / "pipeline_bert_large.yaml"
         panels = []

@@ -146,3 +146,14 @@ def test_parameter_partition_balances_parameters_not_time():
     assert by_params["stage_layers"][0].split("..")[1].startswith("layer3")
     assert max(by_params["stage_forward_s"]) > 2 * max(by_time["stage_forward_s"])
     assert by_params["throughput_samples_per_second"] < by_time["throughput_samples_per_second"]
+
+
+def test_a_grouped_order_that_deadlocks_on_a_custom_map_says_so():
+    blocks = "[" + ", ".join(str(s // 2) for s in range(16)) + "]"
+    with pytest.raises(ScenarioError, match=r"order: grouped deadlocks on this stage map.*order: greedy"):
+        run("pipeline_bert_base.yaml", f"{{kind: prt, k: 2, order: grouped, mapping: {blocks}}}")
+
+
+def test_a_sequence_longer_than_berts_positions_names_seq_len():
+    with pytest.raises(ScenarioError, match=r"workload\.seq_len: .*512"):
+        run("pipeline_bert_base.yaml", "{kind: 1f1b}", ("workload.seq_len=1000",))

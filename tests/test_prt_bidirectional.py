@@ -125,3 +125,18 @@ def test_every_device_hosts_2k_stages():
     for device in range(4):
         assert len(plan.hosted_stages(device)) == 6
     assert all(a != b for a, b in itertools.pairwise(plan.stage_device[0]))
+
+
+@pytest.mark.parametrize("mapping", ["round_robin", "v_shape", [0, 1, 2, 3, 3, 2, 1, 0]])
+def test_the_second_pipeline_runs_on_the_mirrored_devices(mapping):
+    """Opposite directions for any stage map: stage s of the up pipeline on device p-1-d(s), so no
+    device holds both copies of a stage (a symmetric map reversed would give the same map back)."""
+    plan = prt_bi(2, mapping=mapping).plan(4, 8)
+    down, up = plan.stage_device
+    assert up == tuple(3 - d for d in down)
+    assert all(a != b for a, b in zip(down, up))
+
+
+def test_bidirectional_prt_refuses_an_odd_number_of_devices():
+    with pytest.raises(ValueError, match="even number of devices"):
+        prt_bi(2).check(3, 8)

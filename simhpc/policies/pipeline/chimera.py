@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from simhpc.policies.pipeline.base import PipelineSchedule
 from simhpc.policies.pipeline.greedy import list_schedule, profiled_order
-from simhpc.policies.pipeline.mapping import reverse
+from simhpc.policies.pipeline.mapping import mirror
 from simhpc.policies.pipeline.plan import FORWARD, Op, PipelinePlan
 from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.registry import register
@@ -68,7 +68,7 @@ def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batch
 
     Args:
         name: the schedule's name.
-        down: the down pipeline's stage -> device map (the up one is its reverse).
+        down: the down pipeline's stage -> device map (the up one is its mirror image).
         devices: number of devices.
         micro_batches: micro-batches over both directions.
         inflight: micro-batches of each direction in flight at most.
@@ -76,7 +76,7 @@ def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batch
         profile: op and transfer times; when given, a dry run with them is tried too and the
             order the profile estimates faster kept (:func:`~.greedy.profiled_order`).
     """
-    maps = (tuple(down), reverse(down))
+    maps = (tuple(down), mirror(down, devices))
     pipelines = split_directions(micro_batches)
 
     def greedy(**costs: Any) -> PipelinePlan:

@@ -37,6 +37,11 @@ def custom(mapping: Sequence[int], devices: int, stages: int) -> tuple[int, ...]
     return result
 
 
-def reverse(mapping: Sequence[int]) -> tuple[int, ...]:
-    """The map of the opposite-direction pipeline: its stage ``s`` sits where stage ``D-1-s`` does."""
-    return tuple(reversed(tuple(mapping)))
+def mirror(mapping: Sequence[int], devices: int) -> tuple[int, ...]:
+    """The map of the opposite-direction pipeline: its stage ``s`` on device ``p-1-d(s)``.
+
+    Its micro-batches enter at the last device and flow towards the first (Chimera's up
+    pipeline); on an even number of devices no stage has both copies on one device. For the
+    round-robin map this is stage ``D-1-s``'s device.
+    """
+    return tuple(devices - 1 - d for d in mapping)

@@ -21,7 +21,9 @@ gain falls as ``m`` grows (the baseline's bubble shrinks anyway), as the per-sta
 link latency grows, and has an optimum in ``k``.
 
 Directions: ``uni`` runs one pipeline; ``bi`` runs two in opposite directions over the same
-stage layout (Chimera's idea on the deeper pipeline; each device holds ``2k`` stages).
+cut, the second on the mirrored devices (stage ``s`` on device ``p-1-d(s)``: Chimera's idea on the
+deeper pipeline; each device holds ``2k`` stages, on an even number of devices never both copies
+of one stage).
 
 Op orders: the unidirectional round-robin plan uses Megatron's interleaved order and warm-up
 (``order: grouped``); V-shaped and custom maps use greedy list scheduling with at most ``D-s``
@@ -33,7 +35,8 @@ bytes of Chimera's bound (``2p`` depth-``p`` stages) at the same ``max_inflight`
 communication, uniform stages, a backward as long as a forward and ``m`` a multiple of ``p/2``
 this reaches ``(p-2)/(2km+p-2)``: Chimera's bubble with ``k`` times the ops per device
 (``tests/test_prt_bidirectional.py``); other ``m`` leave more bubble (0.158 against 0.111 at
-``p = 6, k = 2, m = 8``), still no more than Chimera's.
+``p = 6, k = 2, m = 8``), still no more than Chimera's. With a backward twice a forward the
+greedy order can leave more than Chimera's (0.163 against 0.143 at ``p = 4, k = 2, m = 6``).
 
 The V-shaped map's greedy order is not a tuned schedule. With free communication, uniform stages
 and a backward twice a forward, it leaves a bubble of 0.368 at ``p = 8, k = 2, m = 8``
@@ -55,7 +58,7 @@ from typing import Any, Literal
 from simhpc.policies.pipeline.base import PipelineSchedule
 from simhpc.policies.pipeline.chimera import DryRun, bidirectional_plan
 from simhpc.policies.pipeline.classic import grouped_plan
-from simhpc.policies.pipeline.greedy import list_schedule, profiled_order
+from simhpc.policies.pipeline.greedy import ScheduleStall, list_schedule, profiled_order
 from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
 from simhpc.policies.pipeline.plan import FORWARD, Op, PipelinePlan
 from simhpc.policies.pipeline.profile import StageProfile
@@ -112,6 +115,9 @@ class Prt(PipelineSchedule):
 
     def check(self, devices: int, micro_batches: int) -> None:
         self.stage_map(devices)
+        if self.bidirectional and devices % 2:
+            raise ValueError(f"bidirectional prt needs an even number of devices (the middle one would hold "
+                             f"both copies of its stages), got {devices}")
         if self.bidirectional and micro_batches < 2:
             raise ValueError("bidirectional prt needs at least 2 micro-batches (one per direction)")
 
@@ -128,7 +134,13 @@ class Prt(PipelineSchedule):
         if order == "auto":
             order = "grouped" if self.params.mapping == "round_robin" else "greedy"
         if order == "grouped":
-            return grouped_plan("prt-uni", mapping, devices, micro_batches, backward_cost)
+            try:
+                return grouped_plan("prt-uni", mapping, devices, micro_batches, backward_cost)
+            except ScheduleStall:
+                if self.params.mapping == "round_robin":
+                    raise
+                raise ScheduleStall("order: grouped deadlocks on this stage map (Megatron's warm-up depths "
+                                    "assume the round-robin map); use order: greedy") from None
 
         def greedy(**costs: Any) -> PipelinePlan:
             return list_schedule("prt-uni", devices, (mapping,), (0,) * micro_batches, backward_first,

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from simhpc.models import CONVNETS, TRANSFORMERS
+from simhpc.models.bert import MAX_POSITIONS
 from simhpc.policies.pipeline import ScheduleConfig
 from simhpc.scenario.types import PositiveInt, PositiveSize, Strict, Time
 
@@ -27,8 +28,8 @@ class PipelineTrainingConfig(Strict):
     """Samples per micro-batch."""
     micro_batches: PositiveInt = 8
     """Micro-batches per iteration, ``m``."""
-    seq_len: PositiveInt = 512
-    """Tokens per sequence (BERT)."""
+    seq_len: Annotated[int, Field(gt=0, le=MAX_POSITIONS, strict=True)] = MAX_POSITIONS
+    """Tokens per sequence (BERT; at most its 512 positions)."""
     image_size: Annotated[int, Field(ge=32, le=1 << 16, strict=True)] = 224
     """Image side in pixels (ResNet; at least 32: five stride-2 stages)."""
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
