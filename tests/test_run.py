@@ -64,10 +64,18 @@ def test_trace_is_valid_chrome_json(tmp_path, scenarios_dir, scenario, override,
     assert starts == finishes
     if arrows:
         assert starts, "no flow arrow from send to receive"
+    names = {(e["pid"], e["tid"], e["ts"], e["ts"] + e["dur"]): e["name"] for e in events if e["ph"] == "X"}
+    ends = {}
     for event in events:  # Perfetto draws an arrow only between slices enclosing its ends
         if event["ph"] in ("s", "f"):
-            intervals = spans[(event["pid"], event["tid"])]
-            assert any(start <= event["ts"] < end for start, end in intervals), event
+            (enclosing,) = [name for (pid, tid, start, end), name in names.items()
+                            if (pid, tid) == (event["pid"], event["tid"]) and start < event["ts"] < end]
+            ends.setdefault(event["id"], {})[event["ph"]] = (event["ts"], enclosing, event["name"])
+    for arrow in ends.values():
+        (sent, producer, label), (received, consumer, _) = arrow["s"], arrow["f"]
+        assert received >= sent, label
+        if "->" in label:  # a pipeline arrow "act F3@s4->F3@s5": from the producer's op to the consumer's
+            assert label.split(" ", 1)[1] == f"{producer}->{consumer}"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.stem for s in SCENARIOS])

@@ -106,9 +106,10 @@ class Communicator:
     def _sent(self, op: _Collective, a: int, b: int, _event: simpy.Event) -> None:
         for rank in op.ranks:
             op.finish(rank)
-        if self.record:
+        if self.record:  # from the middle of the send's slice to the middle of the receive's
             sim = self.network.sim
-            sim.trace.arrow(f"{self.name}.send", op.tracks[a], op.start, op.tracks[b], sim.now)
+            middle = (op.start + sim.now) / 2
+            sim.trace.arrow(f"{self.name}.send", op.tracks[a], middle, op.tracks[b], middle)
 
     def broadcast(self, root: str | int, nbytes: float) -> simpy.Event:
         """Binomial-tree broadcast of ``nbytes`` from ``root``: ``ceil(log2 n)`` rounds."""

@@ -4,9 +4,9 @@ Layout: one process (pid) per node/device/network, one thread (tid) per stream, 
 ``M`` events name both; ``X`` events are busy spans (``ts``/``dur`` in microseconds); ``C``
 events carry counters (link utilisation, memory in use); ``i`` events mark instants; ``s``/``f``
 pairs draw flow arrows from a send to its receive. Perfetto draws an arrow only between slices
-that enclose its two ends, so each end is moved into a slice of its track: the send's into the
-slice it is in or the last one before it (the op that sent), the receive's into the slice it is
-in or ends with, else the first one after it (the op that consumes the data).
+that enclose its two ends; simhpc's own arrows run from the middle of the sending op's slice to
+the middle of the receiving op's. An end outside every slice is moved into one of its track: the
+send's into the last one before it, the receive's into the one it ends, else the first one after it.
 """
 
 from __future__ import annotations

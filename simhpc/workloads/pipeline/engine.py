@@ -34,7 +34,7 @@ from typing import Any
 
 import simpy
 
-from simhpc.engine import Simulation
+from simhpc.engine import Simulation, Track
 from simhpc.errors import SimulatedOOM
 from simhpc.hardware.devices import Device
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
@@ -104,6 +104,8 @@ class PipelineExecutor:
             per_pipeline[q] += 1
         self._per_pipeline = per_pipeline
         self._arrivals: dict[Op, simpy.Event] = {}
+        self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
+        """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
         self._backwards: dict[tuple[int, int], int] = {}
         self._syncs: list[simpy.Event] = []
         self._iteration = 0
@@ -153,6 +155,7 @@ class PipelineExecutor:
         for iteration in range(iterations):
             self._iteration = iteration
             self._arrivals = {}
+            self._arrows_due = {}
             self._backwards = {}
             self._syncs = []
             start = env.now
@@ -194,6 +197,8 @@ class PipelineExecutor:
                     "iteration": iteration}
             yield from stream.run(labels[op], duration, CATEGORY[kind], args)
             busy[d] += duration
+            if remote[op]:
+                self._draw_arrow(op, stream.track)
             if kind == last_pass:
                 memory.free(stash[s])
                 self._count_backward(op, d)
@@ -222,17 +227,25 @@ class PipelineExecutor:
         target = self.plan.device_of(consumer)
         self.transfers += 1
         self.transfer_bytes += nbytes
-        sent_at = self.sim.now
         label = f"{'act' if kind == FORWARD else 'grad'} {self._labels[op]}->{self._labels[consumer]}"
         event = self.send(d, target, nbytes, label)
-        source_track, target_track = self.streams[d].track, self.streams[target].track
-        trace = self.sim.trace
+        source = self.streams[d].track
+        produced = source.spans[-1]  # the op that just ran
 
         def arrived(_: simpy.Event) -> None:
-            trace.arrow(label, source_track, sent_at, target_track, self.sim.now)
+            self._arrows_due[consumer] = (label, source, (produced.start + produced.end) / 2)
             arrival.succeed()
 
         event.callbacks.append(arrived)
+
+    def _draw_arrow(self, op: Op, track: Track) -> None:
+        """A trace arrow from the op that produced ``op``'s input to ``op``, which just ran: from
+        the middle of one slice to the middle of the other, so viewers bind it to those two ops."""
+        due = self._arrows_due.pop(op, None)
+        if due is not None:
+            label, source, source_time = due
+            ran = track.spans[-1]
+            self.sim.trace.arrow(label, source, source_time, track, (ran.start + ran.end) / 2)
 
     def _count_backward(self, op: Op, d: int) -> None:
         """After a copy's last backward (or W) of the iteration, send its gradients to the other copy."""
