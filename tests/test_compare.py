@@ -708,6 +708,9 @@ def test_ops_of_an_unmeasured_framework_kind_are_listed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "content", "expected"), [
     ("corrupt.json.gz", b"\x1f\x8b\x08\x00garbage, not deflate", "broken gzip file"),
     ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply to be a trace"),
+    ("long.json", b'{"traceEvents": [{"ph": "X", "ts": ' + b"9" * 5000 + b', "dur": 1}]}', "not a trace"),
+    ("huge.json", b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1' + b"0" * 400
+     + b', "dur": 1}]}', "no complete"),
 ])
 def test_unreadable_trace_is_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     path = tmp_path / name

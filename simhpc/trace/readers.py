@@ -28,7 +28,7 @@ from simhpc.costs.opnames import classify
 from simhpc.errors import SimhpcError
 
 _US = 1e-6
-_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_STEP = re.compile(r"ProfilerStep#(\d{1,18})$")
 _EPS = 1e-12
 
 
@@ -133,6 +133,8 @@ def _load_json(path: Path) -> Any:
             f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
             "truncated, or not a trace?"
         ) from None
+    except ValueError:  # (after JSONDecodeError, a ValueError too) an integer past Python's 4300 digits
+        raise TraceError(f"{path}: not a trace (a number of thousands of digits)") from None
 
 
 MAX_MICROSECONDS = 1e15
@@ -141,9 +143,9 @@ MAX_MICROSECONDS = 1e15
 
 def _number(value: Any) -> float | None:
     """A timestamp or duration in microseconds, or None if it is not a number within +-MAX_MICROSECONDS."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if abs(value) > MAX_MICROSECONDS:
+    if abs(value) > MAX_MICROSECONDS or not math.isfinite(value):  # the bound first: a huge int is no float
         return None
     return float(value)
 
