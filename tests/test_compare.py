@@ -552,6 +552,26 @@ def test_compare_report_and_against(tmp_path: Path) -> None:
     assert all(row["diff_pct"] in (0.0, None) for row in itself["names"])
 
 
+def test_captures_from_two_processes_align_by_thread_order(tmp_path: Path) -> None:
+    """torch names a thread by its OS id (``thread 22693 (python)``); the same program captured by
+    another process aligns with it, with no difference, and a trace naming nothing alike is flagged."""
+    import gzip
+    text = gzip.decompress(_capture("mlp_t1").read_bytes()).decode()
+    (pid,) = {e["pid"] for e in json.loads(text)["traceEvents"] if e.get("name") == "process_name"
+              and e["args"]["name"] == "python"}
+    other = tmp_path / "other.json"
+    other.write_text(text.replace(str(pid), "99999"))
+    runner = CliRunner()
+    data = json.loads(runner.invoke(main, ["compare", str(_capture("mlp_t1")), "--against", str(other),
+                                           "--json"]).stdout)
+    assert data["matched_tracks"] == len(data["tracks"]) >= 1
+    assert all(row["diff_pct"] == 0.0 for row in data["tracks"])
+    unlike = tmp_path / "unlike.json"
+    unlike.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fwd", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+    result = runner.invoke(main, ["compare", str(_capture("mlp_t1")), "--against", str(unlike)])
+    assert result.exit_code == 0 and "share no track and no span name" in " ".join(result.output.split())
+
+
 def test_compare_needs_framework_ops(tmp_path: Path) -> None:
     path = tmp_path / "sim.json"
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fwd", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))

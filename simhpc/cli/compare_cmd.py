@@ -145,10 +145,12 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
         console.print(
             f"step: A {format_time(steps['a_step_s'])}, B {format_time(steps['b_step_s'])} ({_pct(steps['diff_pct'])})"
         )
-    tracks = Table(title="busy time per track", title_justify="left")
+    rows = result["tracks"]
+    shown = f"; the first {limit} of {len(rows)}" if len(rows) > limit else ""
+    tracks = Table(title=f"busy time per track ({result['matched_tracks']} in both{shown})", title_justify="left")
     for column in ("track", "A", "B", "A vs B"):
         tracks.add_column(column, justify="left" if column == "track" else "right")
-    for row in result["tracks"]:
+    for row in rows[:limit]:
         tracks.add_row(row["track"], _fmt(row["a_busy_s"]), _fmt(row["b_busy_s"]), _pct(row["diff_pct"]))
     console.print(tracks)
     names = Table(title=f"span names ({result['matched_names']} in both; largest differences)", title_justify="left")
@@ -164,6 +166,9 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
             _pct(row["diff_pct"]),
         )
     console.print(names)
+    if not result["matched_tracks"] and not result["matched_names"]:
+        console.print("[yellow]warning:[/] the two traces share no track and no span name: "
+                      "they name their timelines differently, so nothing could be aligned")
 
 
 @click.command("compare")

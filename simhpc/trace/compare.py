@@ -15,6 +15,7 @@ track label and span name and reports their differences.
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -411,11 +412,28 @@ def plot_comparison(comparison: Comparison, path: Path) -> None:
     plt.close(figure)
 
 
+_OS_THREAD = re.compile(r"\bthread \d+\b")
+"""torch.profiler's thread names carry the OS thread id (``thread 27218 (python)``)."""
+
+
+def _track_keys(trace: Trace) -> dict[str, str]:
+    """Track label -> the key two traces are aligned by: OS thread ids replaced by the thread's
+    order of first appearance, so two captures of one program (two processes) align."""
+    keys: dict[str, str] = {}
+    ordinals: dict[str, int] = {}
+    for label in dict.fromkeys(op.track for op in trace.ops):
+        for match in _OS_THREAD.findall(label):
+            ordinals.setdefault(match, len(ordinals) + 1)
+        keys[label] = _OS_THREAD.sub(lambda m: f"thread #{ordinals[m.group(0)]}", label)
+    return keys
+
+
 def _track_busy(trace: Trace) -> dict[str, float]:
+    keys = _track_keys(trace)
     busy: dict[str, float] = defaultdict(float)
     for op in trace.ops:
         if op.parent is None:
-            busy[op.track] += op.duration
+            busy[keys[op.track]] += op.duration
     return dict(busy)
 
 
@@ -469,9 +487,9 @@ def compare_traces(a: Trace, b: Trace) -> dict[str, Any]:
         )
     names.sort(key=lambda row: (-abs(row["a_total_s"] - row["b_total_s"]), row["name"]))
     steps = None
-    if a.steps and b.steps:
-        sa = statistics.fmean(s.duration for s in a.steps)
-        sb = statistics.fmean(s.duration for s in b.steps)
+    if a.steps and b.steps:  # the median step, as compare's step error
+        sa = statistics.median(s.duration for s in a.steps)
+        sb = statistics.median(s.duration for s in b.steps)
         steps = {"a_step_s": sa, "b_step_s": sb, "diff_pct": _diff(sa, sb)}
     return {
         "a": a.source,
@@ -485,6 +503,7 @@ def compare_traces(a: Trace, b: Trace) -> dict[str, Any]:
         "only_in_a": sorted(set(names_a) - set(names_b)),
         "only_in_b": sorted(set(names_b) - set(names_a)),
         "matched_names": len(set(names_a) & set(names_b)),
+        "matched_tracks": len(set(tracks_a) & set(tracks_b)),
     }
 
 
