@@ -90,6 +90,10 @@ def simulate(
             sim.run(until=scenario.outputs.max_time)
     except SimulatedOOM as oom:
         status, error = "oom", {"device": oom.device, "what": oom.what, "message": str(oom)}
+    network = workload.ctx.network
+    if network is not None:  # a run cut short leaves link spans open or recorded ahead
+        network.accounting.close(sim.now)
+    sim.trace.clip(sim.now)
     summary: dict[str, Any] = {
         "simhpc_version": __version__,
         "scenario": scenario.name,
@@ -103,7 +107,6 @@ def simulate(
     if scenario.outputs.max_time is not None and status == "ok":
         summary["stopped_at_max_time"] = sim.work_left
     summary["workload"] = workload.summary()
-    network = workload.ctx.network
     if network is not None:
         summary["network"] = network.stats()
     return RunResult(summary, sim, workload, time.perf_counter() - started)

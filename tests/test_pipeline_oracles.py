@@ -142,7 +142,7 @@ def test_chimera_refuses_an_odd_device_count_and_too_few_micro_batches(p: int) -
     (Interleaved(Interleaved.Params(kind="interleaved", v=3)), 5, 7),
     (ZB, 6, 9),
     (CHIMERA, 6, 10),
-    (Prt(Prt.Params(kind="prt", k=2, direction="bi")), 3, 7),
+    (Prt(Prt.Params(kind="prt", k=2, direction="bi")), 6, 7),
 ])
 def test_engine_runs_off_grid_plans_at_their_closed_form_times(schedule, p: int, m: int) -> None:
     forward, backward, weight = 0.3, 0.9, 0.2

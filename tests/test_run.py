@@ -110,3 +110,16 @@ def test_output_folder_blocked_by_a_file_is_one_line(tmp_path):
         result = CliRunner().invoke(main, ["run", str(scenario), "-o", str(outdir)])
         assert result.exit_code == 2, result.output
         assert result.stderr.strip().splitlines() == [f"error: {outdir}: a file is in the way of a folder to write"]
+
+
+@pytest.mark.parametrize(("scenario", "stop"), [("allreduce_two_nodes.yaml", 2e-3), ("allreduce_torus.yaml", 1e-4)])
+def test_a_run_stopped_by_max_time_ends_its_spans_there(scenarios_dir, scenario, stop):
+    """Flow mode leaves busy links open, analytic mode records transfers ahead to their end: at
+    the stop both end at it, so no span is empty or runs past it."""
+    result = simulate(load_scenario(scenarios_dir / scenario, [f"outputs.max_time={stop} s"]))
+    assert result.summary["stopped_at_max_time"]
+    links = [track for track in result.sim.trace.tracks if track.process == "network" and track.spans]
+    assert links
+    assert all(span.end <= stop for track in links for span in track.spans)
+    assert any(track.spans[-1].end == stop for track in links)
+    assert all(span.end > span.start for track in links for span in track.spans)

@@ -126,6 +126,16 @@ class TraceRecorder:
     def tracks(self) -> list[Track]:
         return list(self._tracks.values())
 
+    def clip(self, time: float) -> None:
+        """End the record at ``time`` (a run stopped early): spans recorded ahead of it, with the
+        end their work would have had, are cut there; spans starting after it are dropped."""
+        for track in self._tracks.values():
+            spans = track.spans
+            while spans and spans[-1].start > time:
+                spans.pop()
+            if spans and spans[-1].end > time:
+                spans[-1].end = time
+
     def counter(self, process: str, name: str) -> CounterSeries:
         """The counter series ``name`` on ``process``, created on first use."""
         key = (process, name)

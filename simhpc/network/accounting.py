@@ -86,6 +86,13 @@ class LinkAccounting:
             elif not track.spans or track.spans[-1].end < now:  # else: idle for no time, reopen
                 track.span("busy", now, now, "network")
 
+    def close(self, now: float) -> None:
+        """The run ends at ``now``: links still busy (flow mode) have their open spans end here."""
+        for link in np.flatnonzero(self._busy).tolist():
+            self._busy[link] = False
+            spans = self._track(link).spans
+            spans[-1].end = max(spans[-1].end, now)
+
     def utilisation(self, makespan: float) -> np.ndarray:
         """Average utilisation of each link over ``[0, makespan]`` (bytes / capacity / time)."""
         if makespan <= 0:
