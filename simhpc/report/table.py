@@ -34,11 +34,16 @@ def flatten(summary: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return rows
 
 
-def print_summary(summary: dict[str, Any], console: Console, title: str = "summary", max_rows: int = 40) -> None:
-    """Print the scalar fields of a run summary as a two-column table."""
+def print_summary(summary: dict[str, Any], console: Console, title: str = "summary",
+                  max_rows: int | None = None) -> None:
+    """Print the scalar fields of a run summary as a two-column table (the first ``max_rows``
+    of them and a line saying how many were left out, when given)."""
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    for key, value in flatten(summary)[:max_rows]:
+    rows = flatten(summary)
+    for key, value in rows[:max_rows]:
         table.add_row(key, format_value(key, value))
+    if max_rows is not None and len(rows) > max_rows:
+        table.add_row(f"... {len(rows) - max_rows} more", "in summary.json")
     console.print(table)
