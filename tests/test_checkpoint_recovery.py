@@ -99,3 +99,67 @@ def test_training_is_abandoned_when_failures_outpace_checkpoints():
     assert failures["count"] < 100
     versions = [event["version"] for event in failures["events"]]
     assert versions[-5:] == [versions[-1]] * 5  # the last five restored the same state
+
+
+def accounted(work: dict) -> None:
+    """Every second of the run is useful, lost or recovering."""
+    failures = work["failures"]
+    assert failures["lost_work_s"] + failures["recovery_s"] == pytest.approx(
+        work["makespan_s"] - work["useful_time_s"], rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["gemini", "none"])
+def test_two_failures_count_each_second_of_lost_work_once(policy):
+    at, _, _ = failure_after_checkpoint("gemini")
+    summary = run(policy, **{"workload.failures": {"at": [{"time": at, "node": 1}, {"time": at + 2.0, "node": 0}]}})
+    work = summary["workload"]
+    _, second = work["failures"]["events"]
+    assert second["time_s"] == pytest.approx(at + 2.0)
+    assert second["lost_work_s"] <= 2.0 + 1e-9  # only what ran since training resumed after the first
+    accounted(work)
+    assert work["iterations_done"] == 10
+
+
+def test_a_failure_during_recovery_strikes_at_its_time_and_the_source_is_chosen_again():
+    """Node 1 fails, and while it restarts node 0, which holds node 1's replica, fails too: the
+    second failure happens at its own time, cuts the first recovery short, and no memory copy of
+    node 1's state survives, so training restarts from storage or from scratch."""
+    at, _, _ = failure_after_checkpoint("gemini")
+    failures = {"at": [{"time": at, "node": 1}, {"time": at + 1.0, "node": 0}], "restart_time": "2 s"}
+    work = run("gemini", **{"workload.failures": failures})["workload"]
+    first, second = work["failures"]["events"]
+    assert first["recovered_from"] == "memory" and first["interrupted"]
+    assert first["recovery_s"] == pytest.approx(1.0)
+    assert second["time_s"] == pytest.approx(at + 1.0) and not second["interrupted"]
+    assert second["recovered_from"] != "memory" and second["version"] <= first["version"]
+    assert second["recovery_s"] >= 2.0
+    accounted(work)
+
+
+def test_simultaneous_failures_of_a_node_and_its_replica_holder_are_unrecoverable_from_memory():
+    at, _, _ = failure_after_checkpoint("gemini")
+    both = {"at": [{"time": at, "node": 0}, {"time": at, "node": 1}]}
+    work = run("gemini", **{"workload.failures": both})["workload"]
+    first, second = work["failures"]["events"]
+    assert first["interrupted"] and first["recovery_s"] == 0.0
+    assert second["recovered_from"] != "memory"
+    accounted(work)
+
+
+def test_a_failure_stops_the_snapshots_still_being_written():
+    """torchsnapshot's earlier snapshot is still being written when a node fails: the write
+    stops (no recovery read queues behind it, no host memory stays reserved for it), and the
+    bytes of completed versions stay state x GPUs each; the rest is counted as abandoned."""
+    base = run("torchsnapshot")["workload"]
+    writing = [(v["start_s"], v["end_s"]) for v in base["checkpoint"]["versions"]]
+    start, end = writing[2]
+    summary = run("torchsnapshot", **{"workload.failures": {"at": [{"time": (start + end) / 2, "node": 1}]}})
+    work = summary["workload"]
+    ckpt = work["checkpoint"]
+    [event] = work["failures"]["events"]
+    assert event["recovered_from"] == "storage"
+    per_node = 4 * ckpt["state_bytes_per_gpu"]
+    assert event["reload_s"] < 1.5 * per_node / 2e9  # a node's state read at the store's 2 GB/s, no queue
+    assert ckpt["storage_bytes"] == pytest.approx(len(ckpt["versions"]) * 8 * ckpt["state_bytes_per_gpu"], rel=1e-9)
+    assert ckpt["abandoned_bytes"] > 0
+    accounted(work)

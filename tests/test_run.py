@@ -123,3 +123,13 @@ def test_a_run_stopped_by_max_time_ends_its_spans_there(scenarios_dir, scenario,
     assert all(span.end <= stop for track in links for span in track.spans)
     assert any(track.spans[-1].end == stop for track in links)
     assert all(span.end > span.start for track in links for span in track.spans)
+
+
+def test_the_console_summary_shows_every_field(tmp_path, scenarios_dir):
+    """A MoE run with a failure has over 40 fields; the failures section comes last and must show."""
+    result = run_cli(scenarios_dir / "moe_demo.yaml", tmp_path, "--set", "workload.iterations=4",
+                     "--set", "workload.failures={at: [{time: 1 s, node: 1}]}", "--set", "outputs.trace=false",
+                     "--set", "outputs.timeline=false")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["workload"]["failures"]["count"] == 1
+    assert "workload.failures.unrecoverable" in result.output and "workload.useful_time_s" in result.output

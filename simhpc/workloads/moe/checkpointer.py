@@ -52,11 +52,17 @@ class Lanes:
 
 @dataclass
 class Ledger:
-    """Bytes moved and resources used by checkpoints (the invariants the tests check)."""
+    """Bytes moved and resources used by checkpoints (the invariants the tests check).
+
+    ``pcie_bytes``, ``peer_bytes`` and ``storage_bytes`` are the bytes of completed versions,
+    counted when a version completes; ``abandoned_bytes`` what runs given up at a failure had
+    moved (and moved after it, draining).
+    """
 
     pcie_bytes: float = 0.0
     peer_bytes: float = 0.0
     storage_bytes: float = 0.0
+    abandoned_bytes: float = 0.0
     buffer_peak: float = 0.0
     """Most bytes ever in flight from one GPU's buffer."""
     completed: list[dict[str, Any]] = field(default_factory=list)
@@ -107,10 +113,15 @@ class CheckpointStore:
         self.persist_idle: simpy.Event = sim.event().succeed()
         """Fires when the last storage write has finished (the next snapshot waits for it)."""
         self.copy_lanes = [Lanes(sim, f"n{i}.gpu{j}", "ckpt") for i in range(nodes) for j in range(gpus_per_node)]
+        self.active: list[CheckpointRun] = []
+        """Runs neither complete nor abandoned (a storage write may outlive its iteration)."""
 
     def start(self, version: int, plan: CheckpointPlan) -> CheckpointRun:
         """Begin checkpointing ``version`` according to ``plan``."""
-        return CheckpointRun(self, version, plan, self.generation)
+        run = CheckpointRun(self, version, plan, self.generation)
+        if not run.complete.triggered:
+            self.active.append(run)
+        return run
 
     def holders(self, node: int, failed: set[int]) -> list[int]:
         """Surviving nodes whose host memory holds ``node``'s newest complete version."""
@@ -120,8 +131,11 @@ class CheckpointStore:
         return [n for n in (node, *peers[node]) if n not in failed and n not in self._wiped]
 
     def fail(self, node: int) -> None:
-        """Node ``node`` died: runs in progress are abandoned; its host memory is empty."""
+        """Node ``node`` died: every run in progress is abandoned (an earlier version still being
+        written to storage too: it can no longer complete); its host memory is empty."""
         self.generation += 1
+        for run in list(self.active):
+            run.abandon()
         if self.memory is not None:
             lost = [n for n in range(self.nodes) if not self.holders(n, {node})]
             if lost:
@@ -180,6 +194,10 @@ class CheckpointRun:
         self._node_pieces = [pieces * gpus] * nodes
         self._persist_left = nodes if plan.target == "storage" else 0
         self._queues: list[deque[tuple[int, float]]] = [deque() for _ in range(nodes * gpus)]
+        self.moved = {"pcie": 0.0, "peer": 0.0, "storage": 0.0}
+        """Bytes this run has moved so far, by path (the ledger's once it completes)."""
+        self.abandoned = False
+        self._writers: list[simpy.Process] = []
         self._free = [store.buffer_bytes] * (nodes * gpus)
         self._gate_open = True
         self.reserved = self._reserve()
@@ -250,10 +268,10 @@ class CheckpointRun:
     ) -> None:
         store = self.store
         node = rank // store.gpus
-        if target == node:
-            store.ledger.pcie_bytes += size
+        if self.abandoned:
+            store.ledger.abandoned_bytes += size
         else:
-            store.ledger.peer_bytes += size
+            self.moved["pcie" if target == node else "peer"] += size
         store.copy_lanes[rank].span(f"v{self.version} -> n{target}.cpu", start, self.sim.now, {"bytes": size})
         piece[0] -= 1
         if piece[0]:
@@ -266,7 +284,7 @@ class CheckpointRun:
         self._node_pieces[node] -= 1
         if self.plan.target == "storage":
             if self._node_pieces[node] == 0:
-                self.sim.process(self._persist(node))
+                self._writers.append(self.sim.process(self._persist(node)))
             if self._pieces_left == 0:
                 self.captured.succeed()
         elif self._pieces_left == 0:
@@ -277,13 +295,16 @@ class CheckpointRun:
 
     def _persist_all(self) -> None:
         for node in range(self.store.nodes):
-            self.sim.process(self._persist(node))
+            self._writers.append(self.sim.process(self._persist(node)))
 
     def _persist(self, node: int):
         store = self.store
         nbytes = store.gpus * self.plan.nbytes
-        yield from store.storage[node].write(nbytes, f"n{node} v{self.version}")
-        store.ledger.storage_bytes += nbytes
+        try:
+            yield from store.storage[node].write(nbytes, f"n{node} v{self.version}")
+        except simpy.Interrupt:  # abandoned at a failure: the write stops, its memory is freed
+            return
+        self.moved["storage"] += nbytes
         if nbytes:
             store.hosts[node].memory.free(min(self.reserved[node], store.hosts[node].memory.used))
             self.reserved[node] = 0.0
@@ -297,6 +318,12 @@ class CheckpointRun:
 
     def _finish(self) -> None:
         store, plan = self.store, self.plan
+        if self in store.active:
+            store.active.remove(self)
+        ledger = store.ledger
+        ledger.pcie_bytes += self.moved["pcie"]
+        ledger.peer_bytes += self.moved["peer"]
+        ledger.storage_bytes += self.moved["storage"]
         if plan.target == "memory":
             store.commit_memory(self.version, self.peers, self.reserved)
         else:
@@ -313,9 +340,16 @@ class CheckpointRun:
             self.complete.succeed()
 
     def abandon(self) -> None:
-        """Give the run up after a failure: free its host memory (its transfers drain unused)."""
-        if self.complete.triggered:
+        """Give the run up after a failure: stop its storage writes, free its host memory (its
+        network copies drain unused) and count what it moved as abandoned."""
+        if self.abandoned or self not in self.store.active:
             return
+        self.abandoned = True
+        self.store.active.remove(self)
+        self.store.ledger.abandoned_bytes += sum(self.moved.values())
+        for writer in self._writers:
+            if writer.is_alive:
+                writer.interrupt("failure")
         for node, nbytes in enumerate(self.reserved):
             host = self.store.hosts[node]
             if nbytes:

@@ -12,7 +12,11 @@ rolls back to the newest complete checkpoint that survives:
 Recovery takes the restart time (detection, replacement, process restart) plus the state
 reload, simulated as transfers: from memory, each GPU loads its state from a surviving
 holder's host memory (PCIe locally, NIC from a peer); from storage, each node reads its state
-and copies it to its GPUs. Lost work is the time since the restored state was produced.
+and copies it to its GPUs. A failure during a recovery (or at the same instant as another)
+cuts it short: the node's memory is lost too, and recovery starts again from what survives
+both. Lost work is the training time whose results a failure discards: the iteration it cuts
+short and the iterations after the restored state, each counted once, so that useful time,
+lost work and recovery time add up to the makespan.
 """
 
 from __future__ import annotations
@@ -71,6 +75,13 @@ class FailureInjector:
         self._without_progress = 0
         self._restored: int | None = None
         self._rng = sim.rng("moe.failures")
+        self._recovery: simpy.Process | None = None
+        """The recovery in progress (restart wait and reload), if any."""
+        self._reload_start: float | None = None
+        self._running = 0
+        """Iteration training was at when the current outage began."""
+        self._version = 0
+        """State the current outage has rolled back to so far."""
 
     def start(self) -> None:
         """Schedule the failures (nothing to do without any)."""
@@ -109,43 +120,79 @@ class FailureInjector:
                 return
             if time > self.sim.now:
                 yield self.sim.env.any_of([self.sim.background_timeout(time - self.sim.now), self.trainer.finished])
-                if self.trainer.finished.triggered:
+                if self.trainer.finished.triggered or self.gave_up:
                     return
-            yield from self._fail(node)
+            self._fail(node)
 
-    def _fail(self, node: int) -> Generator[Any, Any, None]:
-        sim, trainer, store = self.sim, self.trainer, self.store
+    def _fail(self, node: int) -> None:
+        """Node ``node`` fails now: stop training (or cut the recovery in progress short, whose
+        source may have died with it), wipe the node's memory, recover from what survives."""
+        sim, trainer = self.sim, self.trainer
         now = sim.now
         sim.trace.instant(f"n{node}", "failure", f"node n{node} fails", now)
-        trainer.interrupt()
-        store.fail(node)
-        running = trainer.iteration
-        source, version = "none", 0
-        if store.memory is not None:
-            source, version = "memory", store.memory[0]
-        if store.persisted is not None and (source == "none" or store.persisted > version):
-            source, version = "storage", store.persisted
-        lost_since = trainer.version_time.get(version, 0.0) if source != "none" else 0.0
-        for record in trainer.records:
+        lost_s = 0.0
+        if self._recovery is not None and self._recovery.is_alive:  # a failure during recovery
+            event = self.events[-1]
+            event["interrupted"] = True
+            event["recovery_s"] = now - event["time_s"]
+            event["reload_s"] = max(0.0, now - self._reload_start) if self._reload_start is not None else 0.0
+            self._recovery.interrupt("failure")
+        else:
+            running = [r for r in trainer.records if r.status == "running"]
+            lost_s = sum(now - r.start for r in running)  # the iteration cut short
+            self._running = trainer.iteration
+            self._version = trainer.iteration
+            trainer.interrupt()
+        self.store.fail(node)
+        source, version = self._newest_surviving()
+        for record in trainer.records:  # the rollback discards the work after the restored state
             if record.status == "done" and record.iteration >= version:
                 record.status = "lost"
-        if self.config.restart_time > 0:
-            yield sim.timeout(self.config.restart_time)
-        reload_start = sim.now
-        yield from self._reload(source, node)
-        sim.trace.instant(f"n{node}", "failure", f"recovered from {source} (v{version})", sim.now)
+                lost_s += record.duration or 0.0
         self.events.append({
             "time_s": now,
             "node": node,
             "recovered_from": source,
             "recoverable": source != "none",
             "version": version,
-            "iteration_at_failure": running,
-            "lost_iterations": running - version,
-            "lost_work_s": now - lost_since,
-            "reload_s": sim.now - reload_start,
-            "recovery_s": sim.now - now,
+            "iteration_at_failure": self._running,
+            "lost_iterations": self._version - version,
+            "lost_work_s": lost_s,
+            "reload_s": 0.0,
+            "recovery_s": 0.0,
+            "interrupted": False,
         })
+        self._version = version
+        self._reload_start = None
+        self._recovery = sim.process(self._recover(node, source, version))
+
+    def _newest_surviving(self) -> tuple[str, int]:
+        """Where the newest recoverable state is (``memory``, ``storage`` or ``none``) and its version."""
+        store = self.store
+        source, version = "none", 0
+        if store.memory is not None:
+            source, version = "memory", store.memory[0]
+        if store.persisted is not None and (source == "none" or store.persisted > version):
+            source, version = "storage", store.persisted
+        return source, version
+
+    def _recover(self, node: int, source: str, version: int) -> Generator[Any, Any, None]:
+        """Restart wait and state reload, then training resumes at ``version`` (a process a
+        further failure interrupts)."""
+        sim, trainer = self.sim, self.trainer
+        if self._recovery is not sim.env.active_process:
+            return  # a failure at the same instant superseded this recovery before it began
+        event = self.events[-1]
+        try:
+            if self.config.restart_time > 0:
+                yield sim.timeout(self.config.restart_time)
+            self._reload_start = sim.now
+            yield from self._reload(source, node)
+        except simpy.Interrupt:
+            return
+        sim.trace.instant(f"n{node}", "failure", f"recovered from {source} (v{version})", sim.now)
+        event["reload_s"] = sim.now - self._reload_start
+        event["recovery_s"] = sim.now - event["time_s"]
         trainer.iteration = version
         progressed = self._restored is None or version > self._restored  # a newer state survived
         self._without_progress = 0 if progressed else self._without_progress + 1

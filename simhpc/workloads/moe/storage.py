@@ -1,6 +1,7 @@
 """Persistent storage as a bandwidth server: writes and reads queue and drain one at a time.
 
-A node-local device (NVMe) gets one server per node; a shared file system (``shared: true``
+A request interrupted (its node failed) leaves the queue or stops where it is. A node-local
+device (NVMe) gets one server per node; a shared file system (``shared: true``
 in the catalog) one server for the whole cluster, so nodes writing at once share its
 bandwidth. Serving requests in order at full bandwidth finishes a batch of requests at the
 same time as sharing the bandwidth fairly would, with one SimPy event per request. Storage
@@ -38,19 +39,28 @@ class Storage:
         self.bytes_read = 0.0
 
     def _serve(self, op: str, nbytes: float, label: str) -> Generator[Any, Any, float]:
+        """Queue, then hold the server for the request; an interrupt (the writer's node failed)
+        gives the server up at once, a started request's span ending there."""
+        name = f"{op} {label}".strip()
         with self._resource.request() as request:
             yield request
             start = self.sim.now
-            yield self.sim.timeout(self.spec.latency + nbytes / self.spec.bandwidth)
-            self._track.span(f"{op} {label}".strip(), start, self.sim.now, "storage", {"bytes": nbytes})
+            try:
+                yield self.sim.timeout(self.spec.latency + nbytes / self.spec.bandwidth)
+            except simpy.Interrupt:
+                self._track.span(f"{name} (abandoned)", start, self.sim.now, "storage")
+                raise
+            self._track.span(name, start, self.sim.now, "storage", {"bytes": nbytes})
         return self.sim.now
 
     def write(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
         """Write ``nbytes`` (``yield from``); returns the completion time."""
+        done = yield from self._serve("write", nbytes, label)
         self.bytes_written += nbytes
-        return (yield from self._serve("write", nbytes, label))
+        return done
 
     def read(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
         """Read ``nbytes`` (``yield from``); returns the completion time."""
+        done = yield from self._serve("read", nbytes, label)
         self.bytes_read += nbytes
-        return (yield from self._serve("read", nbytes, label))
+        return done

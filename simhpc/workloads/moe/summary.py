@@ -54,6 +54,8 @@ def summarise(workload: Any) -> dict[str, Any]:
             "pcie_bytes": ledger.pcie_bytes,
             "peer_bytes": ledger.peer_bytes,
             "storage_bytes": ledger.storage_bytes,
+            "abandoned_bytes": ledger.abandoned_bytes,
+            "in_flight_bytes": float(sum(sum(run.moved.values()) for run in store.active)),
             "buffer_bytes": store.buffer_bytes,
             "buffer_peak_bytes": ledger.buffer_peak,
             "host_memory_bytes": workload.node_spec.host_memory,
