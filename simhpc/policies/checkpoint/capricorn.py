@@ -86,12 +86,16 @@ class Capricorn(CheckpointPolicy):
         self._profile: frozenset[int] = frozenset()
         self.profiled_phases = 0
         self.reprofiled_layers = 0
+        """Layers re-profiled because their predicted load moved past the threshold."""
+        self._triggered: set[int] = set()
 
     def plan(self, iteration: int) -> CheckpointPlan:
         phases = [i for layer in sorted(self._pending) for i in self.facts.layer_phases(layer)]
         profile = frozenset(phases) | (self._global if self._first else frozenset())
         self._profile = profile
         self.profiled_phases += len(profile)
+        self.reprofiled_layers += len(self._triggered)  # re-profiled in this iteration
+        self._triggered = set()
         if not self.due(iteration):
             return CheckpointPlan(take=False, profile=profile, peers=self.peers, interval=self.interval)
         known = len(self.durations) == len(self.facts.phases)
@@ -153,7 +157,7 @@ class Capricorn(CheckpointPolicy):
         reference = np.where(self._profiled_load > 0, self._profiled_load, 1.0)
         change = np.abs(predicted / reference - 1.0)
         self._pending = {int(layer) for layer in np.flatnonzero(change > self.options.threshold)}
-        self.reprofiled_layers += len(self._pending)
+        self._triggered = set(self._pending)
         missing = {p.layer for p in self.facts.phases if p.layer is not None and p.index not in self.durations}
         self._pending |= {int(layer) for layer in missing if layer is not None}
 
