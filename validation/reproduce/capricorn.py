@@ -9,7 +9,7 @@ is shown as an extra row.
 Usage::
 
     python validation/reproduce/capricorn.py            # documented settings (a few minutes)
-    python validation/reproduce/capricorn.py --quick    # same shapes, fewer layers (about a minute)
+    python validation/reproduce/capricorn.py --quick    # same shapes, fewer layers (about 15 s)
     python validation/reproduce/capricorn.py --scenario scenarios/moe_demo.yaml
     python validation/reproduce/capricorn.py --set workload.dynamicity=0    # any override
 
