@@ -90,15 +90,20 @@ def test_a_failure_due_after_training_does_not_stretch_the_run():
     assert late["simulated_time_s"] == pytest.approx(run("gemini")["simulated_time_s"])
 
 
-def test_training_is_abandoned_when_failures_outpace_checkpoints():
+@pytest.mark.parametrize("restart", ["0 s", "5 s"])
+def test_training_is_abandoned_when_failures_outpace_checkpoints(restart):
     """An MTBF far below an iteration: every failure restores the same state, so the run stops
-    after ``give_up_after`` of them instead of rolling back forever."""
-    changes = {"workload.failures": {"mtbf": "0.05 s", "max_failures": 10000, "give_up_after": 4}}
-    failures = run("gemini", **changes)["workload"]["failures"]
+    after ``give_up_after`` of them instead of rolling back forever, also when they strike
+    during the recoveries (a restart slower than the MTBF)."""
+    changes = {"workload.failures": {"mtbf": "0.05 s", "max_failures": 10000, "give_up_after": 4,
+                                     "restart_time": restart}}
+    work = run("gemini", **changes)["workload"]
+    failures = work["failures"]
     assert failures["gave_up"] is True
     assert failures["count"] < 100
     versions = [event["version"] for event in failures["events"]]
     assert versions[-5:] == [versions[-1]] * 5  # the last five restored the same state
+    accounted(work)
 
 
 def accounted(work: dict) -> None:
@@ -162,4 +167,29 @@ def test_a_failure_stops_the_snapshots_still_being_written():
     assert event["reload_s"] < 1.5 * per_node / 2e9  # a node's state read at the store's 2 GB/s, no queue
     assert ckpt["storage_bytes"] == pytest.approx(len(ckpt["versions"]) * 8 * ckpt["state_bytes_per_gpu"], rel=1e-9)
     assert ckpt["abandoned_bytes"] > 0
+    accounted(work)
+
+
+def test_a_failure_during_a_storage_reload_stops_its_reads():
+    """torchsnapshot: a second failure in the middle of the first's reload from storage stops
+    those reads, so the second reload takes as long as the first (no queue behind dead reads)."""
+    at, _, _ = failure_after_checkpoint("gemini")
+    [first] = run("torchsnapshot", **{"workload.failures": {"at": [{"time": at, "node": 1}]}})["workload"][
+        "failures"]["events"]
+    second_at = at + first["reload_s"] / 2
+    work = run("torchsnapshot", **{"workload.failures": {"at": [{"time": at, "node": 1},
+                                                                {"time": second_at, "node": 0}]}})["workload"]
+    cut, again = work["failures"]["events"]
+    assert cut["interrupted"] and again["recovered_from"] == "storage"
+    assert again["reload_s"] == pytest.approx(first["reload_s"], rel=0.02)
+    accounted(work)
+
+
+def test_a_run_stopped_while_recovering_counts_the_recovery_so_far():
+    at, _, _ = failure_after_checkpoint("gemini")
+    summary = run("gemini", **{"workload.failures": {"at": [{"time": at, "node": 1}], "restart_time": "10 s"},
+                               "outputs.max_time": at + 4.0})
+    work = summary["workload"]
+    [event] = work["failures"]["events"]
+    assert event["in_progress"] and event["recovery_s"] == pytest.approx(4.0)
     accounted(work)

@@ -145,8 +145,9 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
         console.print(
             f"step: A {format_time(steps['a_step_s'])}, B {format_time(steps['b_step_s'])} ({_pct(steps['diff_pct'])})"
         )
-    rows = result["tracks"]
-    shown = f"; the first {limit} of {len(rows)}" if len(rows) > limit else ""
+    rows = sorted(result["tracks"], key=lambda row: (row["diff_pct"] is None,  # in both first, largest
+                                                     -abs((row["a_busy_s"] or 0.0) - (row["b_busy_s"] or 0.0))))
+    shown = f"; the {limit} largest differences of {len(rows)}" if len(rows) > limit else ""
     tracks = Table(title=f"busy time per track ({result['matched_tracks']} in both{shown})", title_justify="left")
     for column in ("track", "A", "B", "A vs B"):
         tracks.add_column(column, justify="left" if column == "track" else "right")

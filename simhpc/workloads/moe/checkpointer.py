@@ -237,7 +237,7 @@ class CheckpointRun:
     def release(self, phase: int) -> None:
         """Phase ``phase`` starts: hand its chunks' pieces to every GPU's pump."""
         sizes = self._chunks.get(phase)
-        if not sizes:
+        if not sizes or self.abandoned:
             return
         for rank, queue in enumerate(self._queues):
             queue.extend((phase, size) for size in sizes)
@@ -245,6 +245,8 @@ class CheckpointRun:
                 self._pump(rank)
 
     def _open_gate(self, _event: simpy.Event) -> None:
+        if self.abandoned:  # the run it waited for was given up with it, at a failure
+            return
         self._gate_open = True
         for rank in range(len(self._queues)):
             self._pump(rank)
@@ -340,8 +342,9 @@ class CheckpointRun:
             self.complete.succeed()
 
     def abandon(self) -> None:
-        """Give the run up after a failure: stop its storage writes, free its host memory (its
-        network copies drain unused) and count what it moved as abandoned."""
+        """Give the run up after a failure: start no more copies, stop its storage writes, free its
+        host memory and count what it moved as abandoned (copies already on the network drain
+        unused)."""
         if self.abandoned or self not in self.store.active:
             return
         self.abandoned = True

@@ -77,6 +77,8 @@ class FailureInjector:
         self._rng = sim.rng("moe.failures")
         self._recovery: simpy.Process | None = None
         """The recovery in progress (restart wait and reload), if any."""
+        self._readers: list[simpy.Process] = []
+        """Its storage reads (a memory reload's flows cannot be called back: they drain unused)."""
         self._reload_start: float | None = None
         self._running = 0
         """Iteration training was at when the current outage began."""
@@ -135,8 +137,11 @@ class FailureInjector:
             event = self.events[-1]
             event["interrupted"] = True
             event["recovery_s"] = now - event["time_s"]
-            event["reload_s"] = max(0.0, now - self._reload_start) if self._reload_start is not None else 0.0
+            event["reload_s"] = now - self._reload_start if self._reload_start is not None else 0.0
             self._recovery.interrupt("failure")
+            for reader in self._readers:  # storage reads of the recovery cut short stop
+                if reader.is_alive:
+                    reader.interrupt("failure")
         else:
             running = [r for r in trainer.records if r.status == "running"]
             lost_s = sum(now - r.start for r in running)  # the iteration cut short
@@ -164,6 +169,15 @@ class FailureInjector:
         })
         self._version = version
         self._reload_start = None
+        self._readers = []
+        progressed = self._restored is None or version > self._restored  # a newer state survived
+        self._without_progress = 0 if progressed else self._without_progress + 1
+        self._restored = version
+        if self._without_progress >= self.config.give_up_after:
+            self.gave_up = True
+            self._recovery = None
+            sim.trace.instant(f"n{node}", "failure", "training abandoned: no progress between failures", now)
+            return
         self._recovery = sim.process(self._recover(node, source, version))
 
     def _newest_surviving(self) -> tuple[str, int]:
@@ -193,14 +207,8 @@ class FailureInjector:
         sim.trace.instant(f"n{node}", "failure", f"recovered from {source} (v{version})", sim.now)
         event["reload_s"] = sim.now - self._reload_start
         event["recovery_s"] = sim.now - event["time_s"]
+        self._recovery = None
         trainer.iteration = version
-        progressed = self._restored is None or version > self._restored  # a newer state survived
-        self._without_progress = 0 if progressed else self._without_progress + 1
-        self._restored = version
-        if self._without_progress >= self.config.give_up_after:
-            self.gave_up = True
-            sim.trace.instant(f"n{node}", "failure", "training abandoned: no progress between failures", sim.now)
-            return
         trainer.start()
 
     def _reload(self, source: str, failed: int) -> Generator[Any, Any, None]:
@@ -214,19 +222,26 @@ class FailureInjector:
                 for gpu in range(self.gpus):
                     events.append(self.network.transfer(f"n{holder}.cpu", f"n{node}.gpu{gpu}", state, "restore"))
         else:
-            for node in range(self.nodes):
-                events.append(self.sim.process(self._from_storage(node)))
+            self._readers = [self.sim.process(self._from_storage(node)) for node in range(self.nodes)]
+            events += self._readers
         yield self.sim.env.all_of(events)
 
     def _from_storage(self, node: int) -> Generator[Any, Any, None]:
         state = self.store.state_bytes
-        yield from self.storage[node].read(self.gpus * state, f"n{node} restore")
+        try:
+            yield from self.storage[node].read(self.gpus * state, f"n{node} restore")
+        except simpy.Interrupt:  # a further failure cut the recovery short
+            return
         yield self.sim.env.all_of([
             self.network.transfer(f"n{node}.cpu", f"n{node}.gpu{gpu}", state, "restore") for gpu in range(self.gpus)
         ])
 
     def summary(self) -> dict[str, Any]:
-        """Failures, lost work and recovery time (JSON-serialisable)."""
+        """Failures, lost work and recovery time (JSON-serialisable); a recovery still under
+        way (the run stopped by ``outputs.max_time``) counts until now."""
+        if self._recovery is not None and self._recovery.is_alive:
+            self.events[-1]["recovery_s"] = self.sim.now - self.events[-1]["time_s"]
+            self.events[-1]["in_progress"] = True
         lost = float(np.sum([e["lost_work_s"] for e in self.events])) if self.events else 0.0
         recovery = float(np.sum([e["recovery_s"] for e in self.events])) if self.events else 0.0
         return {

@@ -39,8 +39,8 @@ class Storage:
         self.bytes_read = 0.0
 
     def _serve(self, op: str, nbytes: float, label: str) -> Generator[Any, Any, float]:
-        """Queue, then hold the server for the request; an interrupt (the writer's node failed)
-        gives the server up at once, a started request's span ending there."""
+        """Queue, then hold the server for the request; an interrupt (a failure gave the write or
+        the reload up) gives the server up at once, a started request's span ending there."""
         name = f"{op} {label}".strip()
         with self._resource.request() as request:
             yield request

@@ -17,7 +17,9 @@ def summarise(workload: Any) -> dict[str, Any]:
     records = trainer.records
     done = [r for r in records if r.status == "done"]
     steady = [r.duration for r in done if r.iteration >= config.warmup]
+    failures = workload.failures.summary()
     ends = [r.end for r in records if r.end is not None]
+    ends += [e["time_s"] + e["recovery_s"] for e in failures["events"]]  # a run may end recovering
     end = max(ends, default=0.0)
     useful = float(sum(r.duration for r in done))
     ledger = store.ledger
@@ -64,5 +66,5 @@ def summarise(workload: Any) -> dict[str, Any]:
             "policy": workload.policy.stats(),
             "versions": ledger.completed,
         },
-        "failures": workload.failures.summary(),
+        "failures": failures,
     }
