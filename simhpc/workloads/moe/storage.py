@@ -1,6 +1,6 @@
 """Persistent storage as a bandwidth server: writes and reads queue and drain one at a time.
 
-A request interrupted (its node failed) leaves the queue or stops where it is. A node-local
+A request interrupted (a failure gave it up) leaves the queue or stops where it is. A node-local
 device (NVMe) gets one server per node; a shared file system (``shared: true``
 in the catalog) one server for the whole cluster, so nodes writing at once share its
 bandwidth. Serving requests in order at full bandwidth finishes a batch of requests at the

@@ -85,7 +85,6 @@ class Trainer:
         self.ep = layout.expert_parallel
         self.iteration = 0
         self.records: list[IterationRecord] = []
-        self.version_time: dict[int, float] = {0: 0.0}
         self.run: CheckpointRun | None = None
         self.process: simpy.Process | None = None
         self.finished = sim.event()
@@ -163,7 +162,6 @@ class Trainer:
                 yield from self._charge_profile(phase, record)
         record.end = sim.now
         record.status = "done"
-        self.version_time[iteration + 1] = sim.now
         self.run = None
         observation = Observation(iteration, record.end - record.start, peaks, measured, record.stall)
         self.policy.observe(observation)
