@@ -193,3 +193,12 @@ def test_a_run_stopped_while_recovering_counts_the_recovery_so_far():
     [event] = work["failures"]["events"]
     assert event["in_progress"] and event["recovery_s"] == pytest.approx(4.0)
     accounted(work)
+
+
+def test_goodput_leaves_checkpoint_stalls_out():
+    """No failure: goodput is 1 without checkpoints, and per-iteration snapshots bound by storage
+    (the iteration mostly waits) leave it at the share of time spent computing."""
+    assert run("none")["workload"]["goodput"] == pytest.approx(1.0)
+    work = run("torchsnapshot")["workload"]
+    assert work["goodput"] == pytest.approx(1.0 - work["stall_s"] / work["makespan_s"], rel=1e-9)
+    assert work["goodput"] < 0.5

@@ -46,7 +46,7 @@ def summarise(workload: Any) -> dict[str, Any]:
         "profile_s": trainer.profile_time,
         "makespan_s": end,
         "useful_time_s": useful,
-        "goodput": useful / end if end > 0 else None,
+        "goodput": (useful - sum(r.stall for r in done)) / end if end > 0 else None,  # stalls are no progress
         "checkpoint": {
             "state_bytes_per_gpu": store.state_bytes,
             "versions_in_memory": len(memory_versions),
