@@ -202,3 +202,17 @@ def test_goodput_leaves_checkpoint_stalls_out():
     work = run("torchsnapshot")["workload"]
     assert work["goodput"] == pytest.approx(1.0 - work["stall_s"] / work["makespan_s"], rel=1e-9)
     assert work["goodput"] < 0.5
+
+
+def test_snapshots_on_a_node_local_device_are_lost_with_the_node():
+    """The same store, node-local (``local: true``, as the catalog's NVMe): the failed node's part
+    of every snapshot is gone, so training restarts from scratch instead of from storage."""
+    at, _, _ = failure_after_checkpoint("gemini")
+    failure = {"workload.failures": {"at": [{"time": at, "node": 1}]}}
+    remote = run("torchsnapshot", **failure)["workload"]["failures"]["events"][0]
+    local_store = {"bandwidth": "2 GB/s", "latency": "1 ms", "capacity": "1 PB", "local": True}
+    local = run("torchsnapshot", **{**failure, "hardware.storage": {"slow-pfs": local_store}})["workload"]
+    [event] = local["failures"]["events"]
+    assert remote["recovered_from"] == "storage" and remote["version"] > 0
+    assert event["recovered_from"] == "none" and not event["recoverable"]
+    assert local["iterations_done"] == 10

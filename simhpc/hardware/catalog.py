@@ -162,9 +162,10 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
 
 
 def _storage(name: str, data: Any, path: str) -> StorageSpec:
-    f = _Fields(data, path, ("bandwidth", "latency", "capacity", "shared", "source"))
+    f = _Fields(data, path, ("bandwidth", "latency", "capacity", "shared", "local", "source"))
     return StorageSpec(name, f.quantity("bandwidth", "bandwidth"), f.quantity("latency", "time", positive=False),
-                       f.quantity("capacity", "size"), f.flag("shared", False), f.note("source"))
+                       f.quantity("capacity", "size"), f.flag("shared", False), f.flag("local", False),
+                       f.note("source"))
 
 
 def _section(data: Any, path: str) -> dict[str, Any]:

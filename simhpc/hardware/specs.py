@@ -131,6 +131,8 @@ class StorageSpec:
     capacity: float
     shared: bool = False
     """A shared file system's bandwidth is shared by every node writing at once."""
+    local: bool = False
+    """A device inside the node (its NVMe): what it holds is lost when the node fails and is replaced."""
     source: str = ""
 
 

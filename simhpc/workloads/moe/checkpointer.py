@@ -145,6 +145,8 @@ class CheckpointStore:
         host.memory.free(host.memory.used)
         self._memory_reservation[node] = 0.0
         self._wiped.add(node)
+        if self.storage and self.storage[node].spec.local:  # its part of every snapshot went with it
+            self.persisted = None
         # Writes of the old generation never complete a version: the next snapshot need not wait.
         self.persist_idle = self.sim.event().succeed()
 

@@ -6,7 +6,8 @@ rolls back to the newest complete checkpoint that survives:
 
 * in memory, if every node's state still has a copy on a surviving node (its own host, or a
   peer holding its replica);
-* else in storage, if a persisted version exists;
+* else in storage, if a persisted version exists (not on a node-local device, ``local: true``
+  in the catalog, whose data the failed node took with it);
 * else nowhere: training restarts from the beginning, and the summary says so.
 
 Recovery takes the restart time (detection, replacement, process restart) plus the state
