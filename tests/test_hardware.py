@@ -55,3 +55,9 @@ def test_scenario_hardware_adds_entries():
                             "memory_capacity": "16 GiB"}}}, "hardware")
     assert catalog.gpus["mygpu"].memory_bandwidth == 1e12
     assert "mygpu" not in builtin_catalog().gpus
+
+
+def test_a_node_local_storage_cannot_also_be_shared():
+    odd = {"bandwidth": "1 GB/s", "latency": "1 ms", "capacity": "1 TB", "shared": True, "local": True}
+    with pytest.raises(CatalogError, match=r"hardware\.storage\.odd\.local: a node-local device cannot also be shared"):
+        builtin_catalog().merged({"storage": {"odd": odd}}, "hardware")

@@ -163,9 +163,11 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
 
 def _storage(name: str, data: Any, path: str) -> StorageSpec:
     f = _Fields(data, path, ("bandwidth", "latency", "capacity", "shared", "local", "source"))
+    shared, local = f.flag("shared", False), f.flag("local", False)
+    if shared and local:
+        raise CatalogError(f"{path}.local", "a node-local device cannot also be shared by every node (shared: true)")
     return StorageSpec(name, f.quantity("bandwidth", "bandwidth"), f.quantity("latency", "time", positive=False),
-                       f.quantity("capacity", "size"), f.flag("shared", False), f.flag("local", False),
-                       f.note("source"))
+                       f.quantity("capacity", "size"), shared, local, f.note("source"))
 
 
 def _section(data: Any, path: str) -> dict[str, Any]:

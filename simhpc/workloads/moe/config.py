@@ -92,8 +92,9 @@ class FailuresConfig(Strict):
     max_failures: Annotated[int, Field(ge=0, le=10000, strict=True)] = 10
     """Failures injected at most (explicit and drawn together)."""
     give_up_after: PositiveInt = 10
-    """Consecutive failures that each restore no newer state than the failure before, after
-    which training is abandoned (``failures.gave_up``): the MTBF is too short for the run."""
+    """Consecutive failures that each restore no newer state than the failure before (the first:
+    than the start), after which training is abandoned (``failures.gave_up``): the MTBF is too
+    short for the run."""
     restart_time: Time = 0.0
     """Detection plus replacing the node and restarting the processes, before state reload."""
 

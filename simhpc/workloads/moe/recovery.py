@@ -74,7 +74,8 @@ class FailureInjector:
         """Training was abandoned: ``give_up_after`` failures in a row restored no newer state
         than the failure before them."""
         self._without_progress = 0
-        self._restored: int | None = None
+        self._restored = 0
+        """State the last failure restored (training starts from state 0)."""
         self._rng = sim.rng("moe.failures")
         self._recovery: simpy.Process | None = None
         """The recovery in progress (restart wait and reload), if any."""
@@ -92,7 +93,7 @@ class FailureInjector:
             self.sim.process(self._run())
 
     def _schedule(self) -> Generator[tuple[float, int], None, None]:
-        explicit = sorted((spec.time, spec.node) for spec in self.config.at)
+        explicit = sorted({(float(spec.time), spec.node) for spec in self.config.at})  # a node fails once at a time
         mtbf = self.config.mtbf
         drawn_at = 0.0
         upcoming = None
@@ -131,7 +132,7 @@ class FailureInjector:
         """Node ``node`` fails now: stop training (or cut the recovery in progress short, whose
         source may have died with it), wipe the node's memory, recover from what survives."""
         sim, trainer = self.sim, self.trainer
-        now = sim.now
+        now = float(sim.now)
         sim.trace.instant(f"n{node}", "failure", f"node n{node} fails", now)
         lost_s = 0.0
         if self._recovery is not None and self._recovery.is_alive:  # a failure during recovery
@@ -171,7 +172,7 @@ class FailureInjector:
         self._version = version
         self._reload_start = None
         self._readers = []
-        progressed = self._restored is None or version > self._restored  # a newer state survived
+        progressed = version > self._restored  # a newer state survived
         self._without_progress = 0 if progressed else self._without_progress + 1
         self._restored = version
         if self._without_progress >= self.config.give_up_after:
@@ -249,6 +250,7 @@ class FailureInjector:
             "count": len(self.events),
             "unrecoverable": sum(1 for e in self.events if not e["recoverable"]),
             "gave_up": self.gave_up,
+            "interrupted_recoveries": sum(1 for e in self.events if e["interrupted"]),
             "lost_work_s": lost,
             "recovery_s": recovery,
             "events": self.events,
