@@ -276,3 +276,15 @@ def test_seed_too_large_for_the_store_fails_up_front(tmp_path):
     assert "sweep.seeds: seeds must be integers >= 0 (at most 9223372036854775807), got 18446744073709551616" \
         in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_simulated_oom_has_its_message_in_the_table_and_dict_values_are_json():
+    from simhpc.sweep.export import table
+    from simhpc.sweep.store import RunRecord
+
+    message = "simulated out-of-memory on n0.gpu0: activations of F4@s0 needs 360 MiB"
+    record = RunRecord("k", {"workload.schedule": {"kind": "prt", "k": 2}}, 0, "oom",
+                       {"status": "oom", "error": {"device": "n0.gpu0", "message": message}}, None, 1.0, {})
+    _, [row] = table([record])
+    assert row["error"] == message
+    assert row["param.workload.schedule"] == '{"k": 2, "kind": "prt"}'

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -35,6 +36,12 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _simulated_error(summary: dict[str, Any] | None) -> str | None:
+    """The message of a run that ended in the simulation (a simulated out-of-memory)."""
+    error = (summary or {}).get("error")
+    return error.get("message") if isinstance(error, dict) else None
+
+
 def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
     """Columns and rows: key, status, seed, error, ``param.<path>``..., summary scalars."""
     records = list(records)
@@ -42,16 +49,17 @@ def table(records: Iterable[RunRecord]) -> tuple[list[str], list[dict[str, Any]]
     summary_columns: set[str] = set()
     rows: list[dict[str, Any]] = []
     for record in records:
+        error = record.error or _simulated_error(record.summary)
         row: dict[str, Any] = {
             "key": record.key,
             "status": record.status,
             "seed": record.seed,
-            "error": (record.error or "").splitlines()[0] if record.error else None,
+            "error": error.splitlines()[0] if error else None,
         }
         for path, value in record.params.items():
             param_columns[f"param.{path}"] = None
             scalar = value is None or isinstance(value, (str, int, float, bool))
-            row[f"param.{path}"] = value if scalar else str(value)
+            row[f"param.{path}"] = value if scalar else json.dumps(value, sort_keys=True)
         for name, value in flatten(record.summary or {}).items():
             if name in ("status", "seed"):
                 continue
