@@ -102,7 +102,6 @@ class CheckpointStore:
         self.hosts = hosts
         self.storage = storage
         self.ledger = Ledger()
-        self.generation = 0
         self.memory: tuple[int, tuple[tuple[int, ...], ...]] | None = None
         """Newest complete in-memory version and its replica holders (``peers``)."""
         self._memory_reservation: list[float] = [0.0] * nodes
@@ -118,7 +117,7 @@ class CheckpointStore:
 
     def start(self, version: int, plan: CheckpointPlan) -> CheckpointRun:
         """Begin checkpointing ``version`` according to ``plan``."""
-        run = CheckpointRun(self, version, plan, self.generation)
+        run = CheckpointRun(self, version, plan)
         if not run.complete.triggered:
             self.active.append(run)
         return run
@@ -133,7 +132,6 @@ class CheckpointStore:
     def fail(self, node: int) -> None:
         """Node ``node`` died: every run in progress is abandoned (an earlier version still being
         written to storage too: it can no longer complete); its host memory is empty."""
-        self.generation += 1
         for run in list(self.active):
             run.abandon()
         if self.memory is not None:
@@ -147,7 +145,7 @@ class CheckpointStore:
         self._wiped.add(node)
         if self.storage and self.storage[node].spec.local:  # its part of every snapshot went with it
             self.persisted = None
-        # Writes of the old generation never complete a version: the next snapshot need not wait.
+        # The abandoned writes never complete a version: the next snapshot need not wait.
         self.persist_idle = self.sim.event().succeed()
 
     def _release_memory(self) -> None:
@@ -171,15 +169,13 @@ class CheckpointRun:
         store: the job's checkpoint store.
         version: the optimizer step whose state is saved.
         plan: the policy's plan.
-        generation: the store's failure generation at start (stale runs stop acting).
     """
 
-    def __init__(self, store: CheckpointStore, version: int, plan: CheckpointPlan, generation: int) -> None:
+    def __init__(self, store: CheckpointStore, version: int, plan: CheckpointPlan) -> None:
         self.store = store
         self.sim = store.sim
         self.version = version
         self.plan = plan
-        self.generation = generation
         self.start_time = self.sim.now
         self.captured = self.sim.event()
         self.complete = self.sim.event()
@@ -231,9 +227,6 @@ class CheckpointRun:
                 store.hosts[node].memory.allocate(nbytes, f"checkpoint v{self.version} ({plan.target})")
         return reserved
 
-    def _stale(self) -> bool:
-        return self.generation != self.store.generation
-
     # -- release and pumps --------------------------------------------------------------------
 
     def release(self, phase: int) -> None:
@@ -281,7 +274,7 @@ class CheckpointRun:
         if piece[0]:
             return
         self._free[rank] += size
-        if self._stale():
+        if self.abandoned:
             return
         self._pump(rank)
         self._pieces_left -= 1
@@ -312,7 +305,7 @@ class CheckpointRun:
         if nbytes:
             store.hosts[node].memory.free(min(self.reserved[node], store.hosts[node].memory.used))
             self.reserved[node] = 0.0
-        if self._stale():
+        if self.abandoned:
             return
         self._persist_left -= 1
         if self._persist_left == 0:
@@ -347,7 +340,7 @@ class CheckpointRun:
         """Give the run up after a failure: start no more copies, stop its storage writes, free its
         host memory and count what it moved as abandoned (copies already on the network drain
         unused)."""
-        if self.abandoned or self not in self.store.active:
+        if self.abandoned or self.complete.triggered:
             return
         self.abandoned = True
         self.store.active.remove(self)
