@@ -8,6 +8,7 @@ from simhpc.hardware.catalog import builtin_catalog
 from simhpc.workloads.moe.config import MoEModelConfig
 from simhpc.workloads.moe.loads import ExpertLoads
 from simhpc.workloads.moe.model import Layout, MoEModel
+from simhpc.workloads.moe.plan import iteration_phases
 
 
 def model(**overrides) -> MoEModel:
@@ -26,6 +27,26 @@ def test_parameter_counts():
     assert model(gated_ffn=True).expert_params == 3 * h * f
     # One expert per GPU per layer; each GPU saves its experts and 1/16 of the dense state.
     assert m.checkpoint_params_per_gpu() == pytest.approx(2 * 2 * h * f + m.dense_params / 16)
+
+
+def test_dense_layers_between_moe_layers():
+    """moe_every=2: layers 1 and 3 of 4 have experts; 0 and 2 a dense FFN of ffn_hidden."""
+    alternating, every = model(layers=4, moe_every=2), model(layers=4)
+    h, f = 1024, 4096
+    assert alternating.config.moe_layers == (1, 3)
+    assert alternating.expert_params_total == 2 * 16 * 2 * h * f
+    # Each dense layer trades the gate (h x experts) for one dense FFN (2 h f).
+    assert alternating.dense_params == every.dense_params + 2 * (2 * h * f - 16 * h)
+    assert alternating.checkpoint_params_per_gpu() == pytest.approx(2 * 2 * h * f + alternating.dense_params / 16)
+    (attention, ffn) = alternating.dense_layer_times
+    assert attention[0] < alternating.attention_time[0]  # no gate
+    # The dense FFN runs every token of the GPU; an expert its share (even: top_k / experts).
+    assert ffn[0] > alternating.expert_time(alternating.tokens_per_gpu * 2 / 16)[0]
+    phases = iteration_phases(4, alternating.config.moe_layers)
+    assert [p.part for p in phases if p.layer == 0] == ["attention", "ffn", "ffn", "attention"]
+    assert sum(p.kind == "comm" for p in phases) == 2 * 2 * 2 + 1  # 2 all-to-alls x 2 passes x 2 MoE layers
+    with pytest.raises(ValueError, match="moe_every"):
+        MoEModelConfig(layers=2, hidden=1024, ffn_hidden=4096, experts=16, moe_every=3)
 
 
 def test_tokens_capacity_and_dispatch_bytes():

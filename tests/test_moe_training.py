@@ -158,6 +158,21 @@ def test_a_stall_appears_in_the_trace():
     assert chunks
 
 
+def test_dense_layers_add_compute_but_no_all_to_all():
+    """Layers without experts: a dense FFN over every token, no all-to-all; Capricorn times
+    them once and re-profiles only the MoE layers."""
+    changes = {"workload.model.layers": 4, "workload.iterations": 5}
+    data = scenario(**changes, **{"workload.model.moe_every": 2})
+    result = simulate(scenario_from_dict(data, "<test>"))
+    names = {s.name for t in result.sim.trace.tracks for s in t.spans}
+    assert {"fwd.0.ffn", "bwd.2.ffn", "fwd.1.expert", "fwd.3.expert"} <= names
+    assert not {"fwd.0.expert", "fwd.2.expert"} & names
+    alternating = result.summary["workload"]
+    every = run(**changes)["workload"]
+    assert alternating["model"]["expert_params"] == every["model"]["expert_params"] / 2
+    assert alternating["checkpoint"]["policy"]["reprofiled_layers"] <= 2 * 4  # two layers at most, four times
+
+
 def test_runs_are_deterministic():
     data = scenario(**{"workload.iterations": 5})
     a = simulate(scenario_from_dict(data, "<a>")).summary

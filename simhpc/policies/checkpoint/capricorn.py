@@ -82,6 +82,8 @@ class Capricorn(CheckpointPolicy):
         self._global = frozenset(p.index for p in facts.phases if p.layer is None)
         self._expert = tuple(tuple(p.index for p in facts.phases if p.layer == layer and p.part == "expert")
                              for layer in range(facts.layers))
+        self._moe = np.array([bool(phases) for phases in self._expert])
+        """Layers with experts: the others' loads are zero and never change."""
         self._first = True
         self._profile: frozenset[int] = frozenset()
         self.profiled_phases = 0
@@ -137,7 +139,7 @@ class Capricorn(CheckpointPolicy):
         peak = observation.gpu_loads.max(axis=1)
         if self._predicted is not None:
             reference = np.where(self._predicted > 0, self._predicted, 1.0)
-            self._square_error += (peak / reference - 1.0) ** 2
+            self._square_error += np.where(self._moe, peak / reference - 1.0, 0.0) ** 2
             self._predictions += 1
         profiled_layers = {p.layer for p in self.facts.phases
                            if p.index in observation.durations and p.layer is not None}
@@ -155,7 +157,7 @@ class Capricorn(CheckpointPolicy):
             self._pending = set(range(self.facts.layers))
             return
         reference = np.where(self._profiled_load > 0, self._profiled_load, 1.0)
-        change = np.abs(predicted / reference - 1.0)
+        change = np.where(self._moe, np.abs(predicted / reference - 1.0), 0.0)
         self._pending = {int(layer) for layer in np.flatnonzero(change > self.options.threshold)}
         self._triggered = set(self._pending)
         missing = {p.layer for p in self.facts.phases if p.layer is not None and p.index not in self.durations}

@@ -13,7 +13,8 @@ from simhpc.scenario.types import Count, Number, PositiveInt, PositiveSize, Size
 
 
 class MoEModelConfig(Strict):
-    """A decoder-only transformer whose every feed-forward block is a mixture of experts."""
+    """A decoder-only transformer whose feed-forward blocks are mixtures of experts (every
+    ``moe_every``-th one; the others dense)."""
 
     name: str = "moe"
     layers: PositiveInt
@@ -24,6 +25,10 @@ class MoEModelConfig(Strict):
     experts: PositiveInt
     """Experts per MoE layer."""
     top_k: PositiveInt = 1
+    moe_every: PositiveInt = 1
+    """Every N-th layer's feed-forward block is a MoE layer (layers N-1, 2N-1, ... counted from
+    0), the others a dense feed-forward network of ``ffn_hidden``. 1: every layer (Mixtral);
+    2: every other one (GShard, Switch Transformer, DeepSpeed-MoE)."""
     capacity_factor: Number | None = Field(None, gt=0)
     """Tokens an expert accepts, as a multiple of the even share ``tokens * top_k / experts``;
     tokens beyond it are dropped (GShard/Switch). ``null``: dropless (MegaBlocks-style)."""
@@ -36,12 +41,19 @@ class MoEModelConfig(Strict):
     """Type of weights, activations and gradients on the GPU."""
 
     @model_validator(mode="after")
-    def _top_k_fits(self) -> MoEModelConfig:
+    def _shapes_fit(self) -> MoEModelConfig:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds the number of experts ({self.experts})")
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.moe_every > self.layers:
+            raise ValueError(f"moe_every ({self.moe_every}) exceeds the layers ({self.layers}): no MoE layer")
         return self
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """Indices of the layers whose feed-forward block is a mixture of experts."""
+        return tuple(range(self.moe_every - 1, self.layers, self.moe_every))
 
 
 class ParallelismConfig(Strict):

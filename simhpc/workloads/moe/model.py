@@ -82,26 +82,36 @@ class MoEModel:
     # -- parameters ---------------------------------------------------------------------------
 
     @property
+    def moe_layer_count(self) -> int:
+        """Layers whose feed-forward block is a mixture of experts."""
+        return len(self.config.moe_layers)
+
+    @property
     def dense_params_per_layer(self) -> float:
-        """Attention (QKV + output projection), two layer norms and the gate."""
+        """Attention (QKV + output projection), two layer norms and the gate of one MoE layer."""
         h = self.config.hidden
         return 4.0 * h * h + 4.0 * h + h * self.config.experts
 
     @property
     def expert_params(self) -> float:
-        """Parameters of one expert (two or three h x f matrices)."""
+        """Parameters of one expert, or of a dense layer's feed-forward network (two or three
+        h x f matrices)."""
         matrices = 3 if self.config.gated_ffn else 2
         return float(matrices * self.config.hidden * self.config.ffn_hidden)
 
     @property
     def dense_params(self) -> float:
-        """Every dense parameter: all layers plus the (tied) embedding."""
+        """Every dense parameter: all layers' attention, the MoE layers' gates, the dense
+        layers' feed-forward networks, and the (tied) embedding."""
         c = self.config
-        return c.layers * self.dense_params_per_layer + (c.vocab + c.sequence_length) * c.hidden
+        h, moe = c.hidden, self.moe_layer_count
+        dense_layers = c.layers - moe
+        per_dense_layer = self.dense_params_per_layer - h * c.experts + self.expert_params
+        return moe * self.dense_params_per_layer + dense_layers * per_dense_layer + (c.vocab + c.sequence_length) * h
 
     @property
     def expert_params_total(self) -> float:
-        return self.config.layers * self.config.experts * self.expert_params
+        return self.moe_layer_count * self.config.experts * self.expert_params
 
     @property
     def total_params(self) -> float:
@@ -110,7 +120,7 @@ class MoEModel:
     @property
     def local_expert_params(self) -> float:
         """Expert parameters held by one GPU."""
-        return self.config.layers * self.experts_per_gpu * self.expert_params
+        return self.moe_layer_count * self.experts_per_gpu * self.expert_params
 
     def checkpoint_params_per_gpu(self) -> float:
         """Parameters whose state one GPU checkpoints (no parameter is saved twice).
@@ -140,7 +150,16 @@ class MoEModel:
 
     @cached_property
     def attention_time(self) -> tuple[float, float]:
-        """(forward, backward) seconds of one layer's attention, layer norms and gate."""
+        """(forward, backward) seconds of one MoE layer's attention, layer norms and gate."""
+        return self._attention(gate=True)
+
+    @cached_property
+    def dense_layer_times(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """A dense layer's (forward, backward) seconds: of its attention and layer norms, and of
+        its feed-forward network over the GPU's tokens."""
+        return self._attention(gate=False), self._ffn_time(round(self.tokens_per_gpu), 1)
+
+    def _attention(self, gate: bool) -> tuple[float, float]:
         c, t = self.config, round(self.tokens_per_gpu)
         h, s, dt = c.hidden, c.sequence_length, c.dtype
         sequences = max(1, t // s)
@@ -150,8 +169,9 @@ class MoEModel:
             Gemm(dt, m=s, n=s, k=head_dim, batch=sequences * c.heads),  # scores
             Gemm(dt, m=s, n=head_dim, k=s, batch=sequences * c.heads),  # context
             Gemm(dt, m=t, n=h, k=h),  # output projection
-            Gemm(dt, m=t, n=c.experts, k=h),  # gate
         ]
+        if gate:
+            gemms.append(Gemm(dt, m=t, n=c.experts, k=h))
         elementwise = [
             Elementwise(dt, n=sequences * c.heads * s * s, op="softmax", flops_per_element=5, inputs=1),
             Elementwise(dt, n=t * h, op="layernorm", flops_per_element=8, inputs=1),
@@ -168,20 +188,21 @@ class MoEModel:
         (padded to the most-loaded local expert: one batched GEMM per matrix)."""
         key = float(np.ceil(tokens))
         cached = self._expert_cache.get(key)
-        if cached is not None:
-            return cached
-        c, n = self.config, int(key)
-        if n == 0:
-            result = (0.0, 0.0)
-        else:
-            h, f, dt, e = c.hidden, c.ffn_hidden, c.dtype, self.experts_per_gpu
-            up = Gemm(dt, m=n, n=f, k=h, batch=e)
-            down = Gemm(dt, m=n, n=h, k=f, batch=e)
-            act = Elementwise(dt, n=n * f * e, op="gelu", flops_per_element=8, inputs=2 if c.gated_ffn else 1)
-            gemm = self._time(up) * (2 if c.gated_ffn else 1) + self._time(down)
-            result = (gemm + self._time(act), 2 * gemm + 2 * self._time(act))
-        self._expert_cache[key] = result
-        return result
+        if cached is None:
+            cached = self._expert_cache[key] = self._ffn_time(int(key), self.experts_per_gpu)
+        return cached
+
+    def _ffn_time(self, tokens: int, batch: int) -> tuple[float, float]:
+        """(forward, backward) seconds of ``batch`` feed-forward networks over ``tokens`` each."""
+        if tokens == 0:
+            return 0.0, 0.0
+        c = self.config
+        h, f, dt = c.hidden, c.ffn_hidden, c.dtype
+        up = Gemm(dt, m=tokens, n=f, k=h, batch=batch)
+        down = Gemm(dt, m=tokens, n=h, k=f, batch=batch)
+        act = Elementwise(dt, n=tokens * f * batch, op="gelu", flops_per_element=8, inputs=2 if c.gated_ffn else 1)
+        gemm = self._time(up) * (2 if c.gated_ffn else 1) + self._time(down)
+        return gemm + self._time(act), 2 * gemm + 2 * self._time(act)
 
     def optimizer_time(self) -> float:
         """Adam step over the GPU's parameters (fp32 master state, memory-bound)."""

@@ -11,7 +11,7 @@ uniform: each :class:`Chunk` is cut from every GPU's state at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,8 +29,8 @@ class Phase:
         name: e.g. ``"fwd.3.expert"``.
         kind: ``"compute"`` (the network is idle: a gap) or ``"comm"`` (training traffic).
         stage: ``"fwd"``, ``"bwd"``, ``"sync"`` (gradient all-reduce) or ``"step"`` (optimizer).
-        part: ``"attention"``, ``"dispatch"``, ``"expert"``, ``"combine"``, ``"allreduce"`` or
-            ``"optimizer"``.
+        part: ``"attention"``, ``"dispatch"``, ``"expert"``, ``"combine"``, ``"ffn"`` (a dense
+            layer's feed-forward network), ``"allreduce"`` or ``"optimizer"``.
         layer: the transformer layer, or None.
     """
 
@@ -42,22 +42,26 @@ class Phase:
     layer: int | None = None
 
 
-def iteration_phases(layers: int) -> tuple[Phase, ...]:
+def iteration_phases(layers: int, moe_layers: Collection[int] | None = None) -> tuple[Phase, ...]:
     """The phases of one training iteration of a ``layers``-layer MoE transformer.
 
-    Forward, per layer: attention (with gate), dispatch all-to-all, experts, combine
-    all-to-all. Backward, layers in reverse: combine-gradient all-to-all, expert backward,
-    dispatch-gradient all-to-all, attention backward. Then the gradient all-reduce and the
-    optimizer step (the consistency deadline of the running checkpoint).
+    Forward, per MoE layer: attention (with gate), dispatch all-to-all, experts, combine
+    all-to-all; per dense layer: attention, feed-forward network. Backward, layers in reverse:
+    combine-gradient all-to-all, expert backward, dispatch-gradient all-to-all, attention
+    backward (dense: feed-forward, attention). Then the gradient all-reduce and the optimizer
+    step (the consistency deadline of the running checkpoint). ``moe_layers``: the layers with
+    experts (default: all).
     """
+    moe = set(range(layers) if moe_layers is None else moe_layers)
+    forward_moe = (("attention", "compute"), ("dispatch", "comm"), ("expert", "compute"), ("combine", "comm"))
+    backward_moe = (("combine", "comm"), ("expert", "compute"), ("dispatch", "comm"), ("attention", "compute"))
+    forward_dense = (("attention", "compute"), ("ffn", "compute"))
     spec: list[tuple[str, PhaseKind, str, str, int | None]] = []
     for layer in range(layers):
-        for part, kind in (("attention", "compute"), ("dispatch", "comm"), ("expert", "compute"),
-                           ("combine", "comm")):
+        for part, kind in forward_moe if layer in moe else forward_dense:
             spec.append((f"fwd.{layer}.{part}", kind, "fwd", part, layer))
     for layer in reversed(range(layers)):
-        for part, kind in (("combine", "comm"), ("expert", "compute"), ("dispatch", "comm"),
-                           ("attention", "compute")):
+        for part, kind in backward_moe if layer in moe else forward_dense[::-1]:
             spec.append((f"bwd.{layer}.{part}", kind, "bwd", part, layer))
     spec.append(("allreduce", "comm", "sync", "allreduce", None))
     spec.append(("optimizer", "compute", "step", "optimizer", None))
@@ -120,7 +124,8 @@ class Observation:
         iteration: the iteration just finished.
         duration: its wall time (host timer; free).
         gpu_loads: ``(layers, expert_parallel)`` tokens of the most-loaded expert on each GPU
-            (known from the routing metadata the all-to-all needs anyway; free).
+            (known from the routing metadata the all-to-all needs anyway; free; zero in dense
+            layers).
         durations: phase index -> seconds, only for the phases the plan asked to profile.
         stall: seconds training waited for the checkpoint in this iteration.
     """

@@ -93,6 +93,8 @@ class Trainer:
         names = [f"n{r // layout.gpus_per_node}.gpu{r % layout.gpus_per_node}" for r in range(self.world)]
         self.tracks: list[Track] = [sim.trace.track(name, "compute") for name in names]
         self.attention = model.attention_time
+        self.dense_attention, self.dense_ffn = model.dense_layer_times
+        self.moe_layers = frozenset(model.config.moe_layers)
         self.optimizer = model.optimizer_time()
         self.dense_grad_bytes = model.dense_params * model.act_bytes
         replicas = layout.expert_replicas
@@ -127,14 +129,16 @@ class Trainer:
             self.finished.succeed()
 
     def _routing(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per layer: peak expert load per GPU ``(layers, ep)`` and dispatch bytes ``(layers, ep)``."""
+        """Per layer: peak expert load per GPU ``(layers, ep)`` and dispatch bytes ``(layers, ep)``
+        (zero rows for dense layers)."""
         shares = self.loads.shares(iteration)
-        peaks, sends = [], []
-        for layer_shares in shares:
+        peaks = np.zeros((self.model.config.layers, self.ep))
+        sends = np.zeros_like(peaks)
+        for layer, layer_shares in zip(self.model.config.moe_layers, shares, strict=True):
             tokens = self.model.expert_tokens(layer_shares)
-            peaks.append(self.model.gpu_expert_load(tokens))
-            sends.append(self.model.dispatch_bytes(tokens))
-        return np.array(peaks), np.array(sends)
+            peaks[layer] = self.model.gpu_expert_load(tokens)
+            sends[layer] = self.model.dispatch_bytes(tokens)
+        return peaks, sends
 
     def _iteration(self, iteration: int) -> Generator[Any, Any, None]:
         sim = self.sim
@@ -170,7 +174,10 @@ class Trainer:
         part, layer = phase.part, phase.layer
         backward = phase.stage == "bwd"
         if part == "attention":
-            yield from self._compute(phase.name, np.full(self.world, self.attention[1 if backward else 0]))
+            attention = self.attention if layer in self.moe_layers else self.dense_attention
+            yield from self._compute(phase.name, np.full(self.world, attention[1 if backward else 0]))
+        elif part == "ffn":
+            yield from self._compute(phase.name, np.full(self.world, self.dense_ffn[1 if backward else 0]))
         elif part == "expert":
             assert layer is not None
             per_gpu = np.array([times[1 if backward else 0] for times in expert[layer]])

@@ -123,7 +123,7 @@ class MoETrainingWorkload(Workload):
         self.layout = Layout(nodes, gpus, ep)
         self.model = MoEModel(config.model, self.layout, config.global_batch, spec.gpu, context.cost_model,
                               config.parallelism.zero_shard_dense)
-        self.phases = iteration_phases(config.model.layers)
+        self.phases = iteration_phases(config.model.layers, config.model.moe_layers)
         sim = self.sim
         storage_spec = _storage_spec(config, context.catalog, spec)
         self.storage = self._storage(storage_spec, nodes)
@@ -155,7 +155,7 @@ class MoETrainingWorkload(Workload):
                                      self.storage)
         nvlink = topology.link("n0.gpu0", "n0.nvswitch")
         self.comm = TrainingComm(sim, network, nodes, gpus, ep, nvlink.bandwidth, nvlink.latency)
-        loads = ExpertLoads(sim.rng("moe.loads"), config.model.layers, config.model.experts, config.dynamicity,
+        loads = ExpertLoads(sim.rng("moe.loads"), len(config.model.moe_layers), config.model.experts, config.dynamicity,
                             config.loads.skew, config.loads.start)
         self.trainer = Trainer(sim, self.model, loads, self.comm, self.phases, self.policy, self.store,
                                config.iterations, config.profile_overhead)
