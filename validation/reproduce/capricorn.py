@@ -1,15 +1,16 @@
 """Reproduce Capricorn (CLUSTER'25): MoE training checkpointed every iteration, five policies.
 
 Runs ``none``, ``torchsnapshot``, ``checkfreq`` (interval forced to 1), ``gemini`` and
-``capricorn`` on the documented settings (``scenarios/moe_gpt.yaml``, ``scenarios/moe_mixtral.yaml``)
+``capricorn`` on the documented settings (``scenarios/moe_gpt.yaml``, ``scenarios/moe_gpt_128e.yaml``,
+``scenarios/moe_mixtral.yaml``)
 and prints, per setting, the steady-state iteration time of each policy, Capricorn's speedup
 over it and the paper's headline figure beside ours. CheckFreq with its own adaptive interval
 is shown as an extra row.
 
 Usage::
 
-    python validation/reproduce/capricorn.py            # documented settings (a few minutes)
-    python validation/reproduce/capricorn.py --quick    # same shapes, fewer layers (about 15 s)
+    python validation/reproduce/capricorn.py            # documented settings (about 8 minutes)
+    python validation/reproduce/capricorn.py --quick    # same shapes, fewer layers (about 45 s)
     python validation/reproduce/capricorn.py --scenario scenarios/moe_demo.yaml
     python validation/reproduce/capricorn.py --set workload.dynamicity=0    # any override
 
@@ -37,13 +38,15 @@ PAPER_SPEEDUP = {"gemini": 1.56, "torchsnapshot": 5.98}
 """Capricorn's headline end-to-end speedups with per-iteration checkpointing ("up to")."""
 
 POLICIES = ("none", "torchsnapshot", "checkfreq", "gemini", "capricorn", "checkfreq-adaptive")
-DOCUMENTED = ("scenarios/moe_gpt.yaml", "scenarios/moe_mixtral.yaml")
+DOCUMENTED = ("scenarios/moe_gpt.yaml", "scenarios/moe_gpt_128e.yaml", "scenarios/moe_mixtral.yaml")
 FULL = {
     "scenarios/moe_gpt.yaml": ["workload.iterations=20", "workload.warmup=6"],
+    "scenarios/moe_gpt_128e.yaml": ["workload.iterations=30", "workload.warmup=15"],
     "scenarios/moe_mixtral.yaml": ["workload.iterations=12", "workload.warmup=4"],
 }
 QUICK = {
     "scenarios/moe_gpt.yaml": ["workload.model.layers=2", "workload.iterations=16", "workload.warmup=6"],
+    "scenarios/moe_gpt_128e.yaml": ["workload.model.layers=2", "workload.iterations=24", "workload.warmup=12"],
     "scenarios/moe_mixtral.yaml": ["workload.model.layers=4", "workload.iterations=10", "workload.warmup=4"],
 }
 
