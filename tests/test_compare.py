@@ -207,6 +207,30 @@ def test_convolution_as_implicit_gemm() -> None:
     assert bias_only.kernel is None and "bias" in bias_only.reason
 
 
+def test_transposed_convolution_is_priced_as_its_adjoint() -> None:
+    """ConvTranspose2d(64, 32, 4, stride 2) on 16 x 64 x 16 x 16: torch runs its kernel inside
+    ``_convolution`` (children only allocate), each of the 16 x 16 x 16 input pixels scattering
+    64 x 32 x 4 x 4 products: the input gradient of the ordinary convolution 32 -> 64 channels."""
+    shapes = [[16, 64, 16, 16], [64, 32, 4, 4], [32], [], [], [], [], [], [], [], [], [], []]
+    types = ["float"] * 3 + ["ScalarList"] * 3 + ["Scalar", "ScalarList"] + ["Scalar"] * 5
+    concrete = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "1", "False", "False", "True", "True"]
+    helpers = ["aten::empty", "aten::as_strided_", "aten::contiguous", "aten::resize_"]
+    forward = kernel_for("aten::_convolution", "conv", shapes, types, concrete, True, None, helpers).kernel
+    assert forward == Gemm(dtype="fp32", m=16 * 16 * 16, n=64, k=32 * 16, conv="backward_input", stride=2)
+    wrapper = kernel_for("aten::convolution", "conv", shapes[:9], types[:9], concrete[:9], True, None,
+                         ["aten::_convolution"])
+    assert wrapper.kernel is None and wrapper.reason == ""  # its child does the work
+    ordinary = kernel_for("aten::_convolution", "conv", shapes, types, [*concrete[:6], "False", *concrete[7:]], True,
+                          None, ["aten::mkldnn_convolution"])
+    assert ordinary.kernel is None  # the ordinary path works in mkldnn_convolution
+    # convolution_backward(grad_output [16, 32, 32, 32], input, weight, ..., transposed=True, ...)
+    back = _kernel("aten::convolution_backward", [[16, 32, 32, 32], *shapes[:2], *[[]] * 8],
+                   ["float"] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"],
+                   ["", "", "", "[32]", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "1", "[True, True, True]"])
+    assert (back.m, back.n, back.k, back.batch, back.conv) == (16 * 16 * 16, 64, 32 * 16, 2, "backward")
+    assert back.flops() == 2 * forward.flops()
+
+
 def test_fused_attention() -> None:
     qkv = [[16, 4, 128, 64]] * 3
     forward = _kernel("aten::_scaled_dot_product_flash_attention_for_cpu", [*qkv, [], []],
@@ -591,22 +615,38 @@ def test_compare_needs_recorded_shapes(tmp_path: Path) -> None:
 
 
 def test_odd_events_are_counted_not_fatal(tmp_path: Path) -> None:
-    """A pid that is a list, an E before its B, a span past the reader's bound and async spans
-    are skipped and counted; a file of nothing else is one error line."""
+    """A pid that is a list, an E with no B before it and a B never ended (B/E pairs are matched
+    in time order, whatever the file's), a span past the reader's bound and async spans are
+    skipped and counted; a file of nothing else is one error line."""
     odd = [{"ph": "X", "name": "aten::relu", "pid": [1], "tid": 1, "ts": 5, "dur": 1, "cat": "cpu_op"},
-           {"ph": "B", "name": "a", "pid": 1, "tid": 2, "ts": 10}, {"ph": "E", "pid": 1, "tid": 2, "ts": 5},
+           {"ph": "B", "name": "a", "pid": 1, "tid": 3, "ts": 10}, {"ph": "E", "pid": 1, "tid": 3, "ts": 5},
            {"ph": "B", "name": "b", "pid": 1, "tid": 2, "ts": -1e15}, {"ph": "E", "pid": 1, "tid": 2, "ts": 1e15},
            {"ph": "b", "name": "c", "pid": 1, "id": 3, "ts": 1, "cat": "x"},
            {"ph": "e", "name": "c", "pid": 1, "id": 3, "ts": 2, "cat": "x"}]
     assert parse_trace([*_events(), *odd], "mem").skipped == {
         "event whose pid or tid is not a number or string": 1,
-        "B/E pair ending before it begins or after 1e15 us": 2,
+        "E event without a matching B": 1,
+        "B event never ended": 1,
+        "B/E pair ending before it begins or after 1e15 us": 1,
         "async span events (b/e/n, S/T/F), not read": 2,
     }
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(odd))
     result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
     assert result.exit_code == 2 and "skipped: " in result.output and "Traceback" not in result.output
+
+
+def test_begin_end_pairs_in_any_file_order_and_duplicates() -> None:
+    """B/E events listed out of time order pair as in time order; an X event written twice is
+    read once."""
+    spans = [{"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": 0}, {"ph": "B", "name": "inner", "pid": 1, "tid": 1,
+             "ts": 2}, {"ph": "E", "pid": 1, "tid": 1, "ts": 5}, {"ph": "E", "pid": 1, "tid": 1, "ts": 9}]
+    shuffled = parse_trace([spans[0], spans[3], spans[1], spans[2]], "mem")
+    assert {(op.name, op.duration) for op in shuffled.ops} == {("outer", 9e-6), ("inner", 3e-6)}
+    twice = parse_trace([*_events(), *_events()], "mem")
+    once = parse_trace(_events(), "mem")
+    assert len(twice.ops) == len(once.ops) and twice.skipped["duplicate X event (the same event twice)"] == len(
+        once.ops)
 
 
 def test_ops_of_other_namespaces_empty_tensors_and_integer_products() -> None:

@@ -52,13 +52,13 @@ def _threads(trace: Trace, option: int | None, default: int) -> tuple[int, str]:
         if not 1 <= option <= MAX_THREADS:
             raise CompareError(f"--threads must be from 1 to {MAX_THREADS}, got {option}")
         return option, "option"
-    recorded = trace.metadata.get("num_threads")
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
-        if recorded > MAX_THREADS:
-            raise CompareError(f"{trace.source}: num_threads: {recorded} is not a CPU thread count "
-                               f"(at most {MAX_THREADS}); give --threads")
-        return recorded, "trace"
-    return default, "host"
+    if "num_threads" not in trace.metadata:
+        return default, "host"
+    recorded = trace.metadata["num_threads"]
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or not 1 <= recorded <= MAX_THREADS:
+        raise CompareError(f"{trace.source}: num_threads: {recorded!r} is not a CPU thread count "
+                           f"(a whole number from 1 to {MAX_THREADS}); give --threads")
+    return recorded, "trace"
 
 
 _THREADS_FROM = {
@@ -72,12 +72,14 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     console = Console()
     console.print(
         f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
-        f"{comparison.threads} threads{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
+        f"{comparison.threads} thread{'s' if comparison.threads != 1 else ''}"
+        f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
     )
+    what = "step time" if summary["steps"] else "time from the first op to the last"
     console.print(
-        f"step time: measured {format_time(comparison.measured_step_s)}, predicted "
+        f"{what}: measured {format_time(comparison.measured_step_s)}, predicted "
         f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
     )
     outside = comparison.outside_ops_s
@@ -215,7 +217,7 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     default=None,
     help="Folder for comparison.json, ops.csv and predicted_vs_measured.png (default: runs/compare-<trace name>).",
 )
-@click.option("--worst", type=int, default=10, show_default=True, help="How many worst ops to list.")
+@click.option("--worst", type=click.IntRange(min=1), default=10, show_default=True, help="How many worst ops to list.")
 @user_errors
 def command(
     measured: Path,
@@ -246,7 +248,7 @@ def command(
         if as_json:
             click.echo(json.dumps(result, indent=1))
         else:
-            _print_against(result, max(1, worst))
+            _print_against(result, worst)
         return
     if not any(op.kind in FRAMEWORK_KINDS for op in trace.ops):
         what = ("a torch.profiler export that recorded no ops" if trace.format == "torch.profiler"
@@ -281,7 +283,11 @@ def command(
             f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
         )
     comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache)), cpu, used)
-    summary = comparison.summary(max(1, worst))
+    if comparison.ops_total == 0 or comparison.measured_step_s <= 0:
+        skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
+        raise CompareError(f"{measured}: nothing to compare, no op of positive duration"
+                           + (f" (events skipped: {skipped})" if skipped else ""))
+    summary = comparison.summary(worst)
     summary["calibration"] = cal.source
     summary["blas"] = chosen
     summary["cache"] = cache
@@ -297,5 +303,5 @@ def command(
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
-    _print_report(comparison, summary, max(1, worst))
+    _print_report(comparison, summary, worst)
     click.echo(f"wrote {folder / 'comparison.json'}, {folder / 'ops.csv'}, {folder / 'predicted_vs_measured.png'}")

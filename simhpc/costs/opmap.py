@@ -178,17 +178,38 @@ def _mismatch(op: str, a: list[int], b: list[int]) -> OpKernel:
     return OpKernel(None, f"{op} operands {a} and {b} do not share their contracted dimension")
 
 
+TRANSPOSED_CONV_OPS = frozenset(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"))
+TRANSPOSED_DIRECTION = {"forward": "backward_input", "backward_input": "forward",
+                        "backward_weight": "backward_weight", "backward": "backward"}
+"""A transposed convolution's pass as the pass of the ordinary convolution it is the adjoint of
+(its forward scatters like that convolution's input gradient; its input gradient gathers like
+that convolution's forward)."""
+
+
 def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) -> OpKernel:
+    """A convolution pass as an implicit GEMM: m output pixels, n output channels per group, k
+    input channels per group x kernel taps.
+
+    A transposed convolution (``transposed=True``, ``conv_transpose*d``) with weight
+    ``[C_in, C_out / g, *kernel]`` is priced as the ordinary convolution it is the adjoint of:
+    the one from its output (C_out channels) to its input (C_in channels, whose pixels are then
+    that convolution's output pixels), with the direction swapped (``TRANSPOSED_DIRECTION``).
+    """
     shapes = [s for s, _ in tensors]
+
+    def argument(i: int, default: str = "") -> str:
+        return str(concrete[i]) if len(concrete) > i else default
+
     if op == "convolution_backward":
         if len(shapes) < 3:
             return OpKernel(None, "convolution_backward without grad, input and weight shapes")
         x, w = shapes[1], shapes[2]
         # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
         #  groups, output_mask)
-        stride, padding, dilation = (_int_list(concrete[i] if len(concrete) > i else "", [1]) for i in (4, 5, 6))
-        groups_arg = concrete[9] if len(concrete) > 9 else "1"
-        mask_text = concrete[10] if len(concrete) > 10 else ""
+        stride, padding, dilation = (_int_list(argument(i), [1]) for i in (4, 5, 6))
+        transposed = argument(7).strip() == "True"
+        groups_arg = argument(9, "1")
+        mask_text = argument(10)
         mask = [m.strip() == "True" for m in mask_text.strip("[]").split(",")] if mask_text else [True, True]
         grad_input, grad_weight = [*mask, True, True][:2]
         if not (grad_input or grad_weight):
@@ -198,19 +219,18 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
         if len(shapes) < 2:
             return OpKernel(None, f"{op} without input and weight shapes")
         x, w = shapes[0], shapes[1]
+        transposed = op in TRANSPOSED_CONV_OPS
         if op == "mkldnn_convolution":  # (input, weight, bias, padding, stride, dilation, groups)
             order = (4, 3, 5, 6)
-        elif op in (
-            "conv1d",
-            "conv2d",
-            "conv3d",
-            "_convolution_mode",
-        ):  # (..., stride, padding, dilation, groups)
+        elif op in ("conv1d", "conv2d", "conv3d", "_convolution_mode"):  # (..., stride, padding, dilation, groups)
             order = (3, 4, 5, 6)
+        elif transposed:  # conv_transpose*d: (..., stride, padding, output_padding, groups, dilation)
+            order = (3, 4, 7, 6)
         else:  # convolution/_convolution: (..., stride, padding, dilation, transposed, output_padding, groups)
             order = (3, 4, 5, 8)
-        stride, padding, dilation = (_int_list(concrete[i] if len(concrete) > i else "", [1]) for i in order[:3])
-        groups_arg = concrete[order[3]] if len(concrete) > order[3] else "1"
+            transposed = argument(6).strip() == "True"
+        stride, padding, dilation = (_int_list(argument(i), [1]) for i in order[:3])
+        groups_arg = argument(order[3], "1")
         direction = "forward"
     spatial = len(x) - 2
     if spatial < 1 or len(w) != len(x):
@@ -220,14 +240,18 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     def pick(values: list[int], i: int) -> int:
         return values[i] if i < len(values) else values[-1]
 
-    out = []
-    for i in range(spatial):
-        size, kernel = x[2 + i], w[2 + i]
-        extent = pick(dilation, i) * (kernel - 1) + 1
-        if size + 2 * pick(padding, i) < extent:
-            return OpKernel(None, f"{op} with a kernel ({extent}) wider than its padded input "
-                                  f"({size + 2 * pick(padding, i)})")
-        out.append((size + 2 * pick(padding, i) - extent) // max(1, pick(stride, i)) + 1)
+    if transposed:  # the adjoint convolution's output pixels are this one's input pixels
+        out = list(x[2:])
+        direction = TRANSPOSED_DIRECTION[direction]
+    else:
+        out = []
+        for i in range(spatial):
+            size, kernel = x[2 + i], w[2 + i]
+            extent = pick(dilation, i) * (kernel - 1) + 1
+            if size + 2 * pick(padding, i) < extent:
+                return OpKernel(None, f"{op} with a kernel ({extent}) wider than its padded input "
+                                      f"({size + 2 * pick(padding, i)})")
+            out.append((size + 2 * pick(padding, i) - extent) // max(1, pick(stride, i)) + 1)
     m = x[0] * math.prod(out)
     n = w[0] // groups
     k = w[1] * math.prod(w[2:])
@@ -462,7 +486,10 @@ def kernel_for(
         return NOTHING
     if kind == "unknown":
         return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
-    if (has_children and op in COMPOSITE) or any(_delegates(op, kind, child) for child in child_names):
+    # A composite convolution keeps its work unless a child convolution does it (a transposed
+    # one runs its kernel inside ``_convolution``, whose children only allocate and copy).
+    composite = has_children and op in COMPOSITE and not (kind == "conv" and child_names)
+    if composite or any(_delegates(op, kind, child) for child in child_names):
         return NOTHING
     bad = _bad_shape(shapes)
     if bad is not None:

@@ -33,19 +33,20 @@ from simhpc.trace.readers import OpRecord, Trace
 FRAMEWORK_KINDS = (
     "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "view", "unknown", "compiled", "comm",
 )
+"""Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 UNPREDICTED_KINDS = {
     "compiled": "torch.compile graph: its fused kernels are not recorded op by op (its self time is their work)",
     "comm": "collective communication: its time is the network's and the other ranks' "
             "(simulate it with a collective or training scenario)",
 }
 """Kinds listed as not modelled whatever their shapes, and why."""
-"""Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 WRAPPER_SELF_SHARE = 0.5
 """An op without a cost model (and not a known composite) whose children are modelled passes as a
 wrapper (``aten::lstm``, ``aten::embedding``: their children do the work) only while its self time
 is at most this share of its duration; above it the op does work of its own
 (``aten::mkldnn_rnn_layer`` before it was modelled: its only children are allocations) and is
-listed as not modelled instead of being dropped."""
+listed as not modelled instead of being dropped. The share is taken over every call of the same
+op with the same shapes, so that timing noise does not split identical calls."""
 
 
 @dataclass
@@ -181,6 +182,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
     An op that computes nothing (a view, a wrapper whose children do the work) takes the
     calibration's profiled dispatch cost (``no_kernel_op``)."""
     framework_overhead = _framework_overhead(model)
+    own_work = _wrappers_doing_own_work(trace)
     predictions = []
     for op in trace.ops:
         if op.kind not in FRAMEWORK_KINDS or (trace.steps and op.step is None):
@@ -201,8 +203,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         )
         if result.kernel is None:
             reason = result.reason
-            unknown_parent = op.kind == "unknown" and base_name(op.name) not in COMPOSITE
-            if not reason and unknown_parent and op.self_time > WRAPPER_SELF_SHARE * op.duration:
+            if not reason and _call_key(op) in own_work:
                 reason = "no cost model for this op's own work (its children are timed on their own)"
             overhead = 0.0 if reason else framework_overhead("no_kernel_op")
             predictions.append(OpPrediction(op, None, op.self_time, overhead, not reason, reason))
@@ -223,6 +224,22 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
     _add_first_touch(trace, predictions, model, threads)
     return predictions
+
+
+def _call_key(op: OpRecord) -> tuple[str, str]:
+    return op.name, repr(op.shapes)
+
+
+def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
+    """(name, shapes) of the unknown parent ops whose self time, summed over their calls, is
+    above ``WRAPPER_SELF_SHARE`` of their duration."""
+    own: dict[tuple[str, str], float] = defaultdict(float)
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    for op in trace.ops:
+        if op.kind == "unknown" and op.children and base_name(op.name) not in COMPOSITE:
+            own[_call_key(op)] += op.self_time
+            total[_call_key(op)] += op.duration
+    return {key for key, seconds in own.items() if seconds > WRAPPER_SELF_SHARE * total[key]}
 
 
 def _framework_overhead(model: CostModel) -> Callable[[str], float]:
@@ -251,7 +268,8 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         measured = statistics.median(s.duration for s in trace.steps)
     else:
         steps = 1
-        roots = [op for op in trace.ops if op.parent is None]
+        # From the first op to the last: the profiler's own span of the whole capture is not one.
+        roots = [op for op in trace.ops if op.parent is None and op.category != "Trace"] or trace.ops
         measured = max(op.end for op in roots) - min(op.start for op in roots)
     overhead = _framework_overhead(model)
     call_gaps = sum(overhead("engine_gap" if engine_called(trace, op) else "call_gap") for op in trace.ops
@@ -437,10 +455,14 @@ def _track_busy(trace: Trace) -> dict[str, float]:
     return dict(busy)
 
 
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+"""torch.profiler's step spans, numbered from the start of profiling: compared as one name."""
+
+
 def _name_totals(trace: Trace) -> dict[str, tuple[int, float]]:
     totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for op in trace.ops:
-        entry = totals[op.name]
+        entry = totals[_PROFILER_STEP.sub("ProfilerStep#*", op.name)]
         entry[0] += 1
         entry[1] += op.duration
     return {name: (int(v[0]), v[1]) for name, v in totals.items()}

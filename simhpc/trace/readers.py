@@ -123,7 +123,7 @@ def _load_json(path: Path) -> Any:
         except (OSError, EOFError, zlib.error) as error:  # zlib: a gzip header over a corrupt deflate stream
             raise TraceError(f"{path}: broken gzip file ({error})") from None
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8-sig"))  # a byte-order mark is not an error
     except UnicodeDecodeError as error:
         raise TraceError(f"{path}: not UTF-8 text (byte {error.start}); expected Chrome Trace Event JSON") from None
     except RecursionError:
@@ -178,10 +178,15 @@ def _track_names(events: list[Any]) -> tuple[dict[Any, str], dict[tuple[Any, Any
 
 
 def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str, Any]]:
-    """``X`` events, plus ``B``/``E`` pairs matched per (pid, tid) into complete events."""
+    """``X`` events, plus ``B``/``E`` pairs matched per (pid, tid) into complete events.
+
+    ``B``/``E`` events are matched in time order (a file need not list them so), and an ``X``
+    event identical to one already read (a file written twice over) is skipped.
+    """
     complete: list[dict[str, Any]] = []
     open_spans: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
-    for event in events:
+    seen: set[tuple[Any, ...]] = set()
+    for event in _time_ordered_begin_end(events):
         if not isinstance(event, Mapping):
             skipped["not an object"] += 1
             continue
@@ -196,6 +201,12 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
                 skipped["X event without numeric ts/dur"] += 1
                 continue
+            key = (event.get("name"), event.get("cat"), event["ts"], event["dur"], str(event.get("pid")),
+                   str(event.get("tid")), json.dumps(event.get("args"), sort_keys=True, default=str))
+            if key in seen:
+                skipped["duplicate X event (the same event twice)"] += 1
+                continue
+            seen.add(key)
             complete.append(dict(event))
         elif phase == "B":
             if _number(event.get("ts")) is None:
@@ -222,6 +233,20 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
     if unended:
         skipped["B event never ended"] += unended
     return complete
+
+
+def _time_ordered_begin_end(events: list[Any]) -> list[Any]:
+    """``events`` with the ``B``/``E`` events of each thread in time order (stable: equal times
+    keep the file's order), every other event where it was."""
+    slots = [i for i, event in enumerate(events)
+             if isinstance(event, Mapping) and event.get("ph") in ("B", "E") and _number(event.get("ts")) is not None]
+    ordered = sorted(slots, key=lambda i: float(events[i]["ts"]))
+    if ordered == slots:
+        return events
+    result = list(events)
+    for slot, source in zip(slots, ordered, strict=True):
+        result[slot] = events[source]
+    return result
 
 
 def _nest(ops: list[OpRecord]) -> None:
