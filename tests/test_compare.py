@@ -570,6 +570,9 @@ def test_compare_report_and_against(tmp_path: Path) -> None:
     assert against.exit_code == 0, against.output
     data = json.loads(against.stdout)
     assert data["matched_names"] > 10 and data["steps"]["a_step_s"] > 0
+    steps = [row for row in data["names"] if row["name"].startswith("ProfilerStep")]
+    assert [row["name"] for row in steps] == ["ProfilerStep#*"] and None not in (steps[0]["a_count"],
+                                                                                 steps[0]["b_count"])
     itself = json.loads(
         runner.invoke(main, ["compare", str(_capture("mlp_t1")), "--against", str(_capture("mlp_t1")), "--json"]).stdout
     )
@@ -667,11 +670,34 @@ def test_ops_of_other_namespaces_empty_tensors_and_integer_products() -> None:
     assert odd.kernel is None and "arguments not understood" in odd.reason
 
 
-def test_an_absurd_thread_count_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1_000_000_000, 0, -1, "two", True, 2.0])
+def test_an_absurd_thread_count_is_one_line(tmp_path: Path, threads: object) -> None:
     path = tmp_path / "threads.json"
-    path.write_text(json.dumps({"traceEvents": _events(), "num_threads": 1_000_000_000}))
+    path.write_text(json.dumps({"traceEvents": _events(), "num_threads": threads}))
     result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
     assert result.exit_code == 2 and "num_threads" in result.output and "Traceback" not in result.output
+    overridden = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o"), "--threads", "1"])
+    assert overridden.exit_code == 0, overridden.output
+
+
+def test_without_steps_the_time_runs_from_the_first_op_to_the_last(tmp_path: Path) -> None:
+    """The profiler's own span of the capture (category ``Trace``) is not an op's time."""
+    ops = [e for e in _events() if not e["name"].startswith("ProfilerStep")]
+    capture = {"ph": "X", "name": "PyTorch Profiler (0)", "cat": "Trace", "pid": "Spans", "tid": 1, "ts": 0,
+               "dur": 5000}
+    path = tmp_path / "nostep.json"
+    path.write_text(json.dumps({"traceEvents": [capture, *ops], "num_threads": 1}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--json", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    first, last = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+    assert json.loads(result.output)["measured_step_s"] == pytest.approx((last - first) * 1e-6)
+
+
+def test_a_trace_of_zero_length_ops_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({"traceEvents": [{**e, "dur": 0} for e in _events()], "num_threads": 1}))
+    result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "nothing to compare" in result.output and "Traceback" not in result.output
 
 
 def test_events_the_reader_skips_are_reported(tmp_path: Path) -> None:
