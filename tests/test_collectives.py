@@ -264,3 +264,22 @@ def test_collective_workload_summary_gives_the_alpha_beta_time_of_what_it_ran(
                 "send_recv": "point_to_point"}.get(collective, "ring")
     assert summary["algorithm"] == expected
     assert summary["mean_time_s"] == pytest.approx(summary["alpha_beta_estimate_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("scenario", "overrides"), [
+    ("allreduce_torus.yaml", []),  # ring hops of 1 to 3 torus links
+    ("allreduce_two_nodes.yaml", ["workload.algorithm=ring"]),  # NVLink hops and one NIC hop
+    ("allreduce_two_nodes.yaml", ["workload.algorithm=tree"]),
+    ("allreduce_two_nodes.yaml", ["workload.collective=broadcast", "workload.root=5"]),
+    ("allreduce_two_nodes.yaml", ["workload.collective=reduce_scatter"]),
+])
+def test_the_estimate_follows_each_message_path(scenarios_dir, scenario: str, overrides: list[str]) -> None:
+    """Where hops differ, a ring step waits for its slowest hop and a tree for its messages' paths:
+    the estimate walks the algorithm with each message's path, and the uncontended (analytic)
+    simulation takes exactly that time."""
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import load_scenario
+
+    config = load_scenario(scenarios_dir / scenario, [*overrides, "network.mode=analytic", "workload.iterations=1"])
+    summary = simulate(config, scenario).summary["workload"]
+    assert summary["mean_time_s"] == pytest.approx(summary["alpha_beta_estimate_s"], rel=1e-9)

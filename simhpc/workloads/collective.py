@@ -2,15 +2,16 @@
 
 The demo workload and the network's calibration check: its summary gives the time per
 iteration, the algorithm bandwidth S/t and the bus bandwidth (nccl-tests convention), beside
-the alpha-beta estimate of the same collective (its algorithm on uncontended links with the
-figures of the path between the first two ranks; not for the hierarchical all-reduce).
+the alpha-beta estimate of the same collective: its algorithm on uncontended links, each
+message costing the latency plus size over bandwidth of the path it takes (a ring step waits
+for its slowest hop; a tree's messages follow its rounds). Not for the hierarchical all-reduce,
+nor for an all-to-all whose paths differ.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from simhpc.registry import register
@@ -133,10 +134,17 @@ class CollectiveWorkload(Workload):
         if mean:
             result["algbw_Bps"] = size / mean
             result["busbw_Bps"] = size / mean * _BUS_FACTOR[self.config.collective](n)
-        estimate = alpha_beta_estimate(self.config.collective, self.algorithm, n, size, alpha, bandwidth)
+        estimate = alpha_beta_estimate(self.config.collective, self.algorithm, n, size, self._message_time,
+                                       self.config.root)
         if estimate is not None:
             result["alpha_beta_estimate_s"] = estimate
         return result
+
+    def _message_time(self, src: int, dst: int, nbytes: float) -> float:
+        """Uncontended time of one message between two ranks: its path's latency + size / bandwidth."""
+        topology = self.ctx.network.topology
+        path = topology.path(self.ranks[src], self.ranks[dst])
+        return topology.path_latency(path) + nbytes / topology.path_bandwidth(path)
 
     @property
     def algorithm(self) -> str:
@@ -150,25 +158,71 @@ _FIXED_ALGORITHM = {"reduce_scatter": "ring", "all_gather": "ring", "broadcast":
                     "all_to_all": "direct", "send_recv": "point_to_point"}
 
 
-def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, alpha: float,
-                        bandwidth: float) -> float | None:
-    """Alpha-beta time of ``collective`` over ``n`` ranks on uncontended links of one path's figures.
+MessageTime = Callable[[int, int, float], float]
+"""Seconds for ``nbytes`` from rank ``src`` to rank ``dst`` on uncontended links."""
+
+MAX_ALL_TO_ALL_PAIRS = 4096
+"""All-to-all estimates compare every pair's path; past this many pairs they are not given."""
+
+
+def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, message: MessageTime,
+                        root: int = 0) -> float | None:
+    """Alpha-beta time of ``collective`` over ``n`` ranks, its algorithm run on uncontended links.
 
     ``size`` is the buffer ``S`` per rank (for all-to-all, the bytes each rank sends in all);
-    ``alpha``, ``bandwidth``: latency and bandwidth of the path between two ranks. None for the
-    hierarchical all-reduce, whose intra- and inter-node paths differ.
+    ``message(src, dst, nbytes)`` the time of one message. A ring step lasts as long as its
+    slowest hop (each rank waits for its predecessor's chunk); binomial trees are walked message by
+    message. None for the hierarchical all-reduce, and for an all-to-all whose pairs' paths differ
+    (or that has more than ``MAX_ALL_TO_ALL_PAIRS`` pairs).
     """
-    rounds = math.ceil(math.log2(n))
     if collective == "all_reduce":
         if algorithm == "ring":
-            return 2 * (n - 1) / n * size / bandwidth + 2 * (n - 1) * alpha
-        if algorithm == "tree":  # binomial reduce, then binomial broadcast, whole buffer per message
-            return 2 * rounds * (alpha + size / bandwidth)
+            return 2 * (n - 1) * _ring_step(n, size / n, message)
+        if algorithm == "tree":  # binomial reduce to rank 0, then binomial broadcast, whole buffer per message
+            return _tree_time(n, 0, size, message, broadcast=False) + _tree_time(n, 0, size, message, broadcast=True)
         return None
     if collective in ("reduce_scatter", "all_gather"):
-        return (n - 1) / n * size / bandwidth + (n - 1) * alpha
+        return (n - 1) * _ring_step(n, size / n, message)
     if collective == "broadcast":
-        return rounds * (alpha + size / bandwidth)
+        return _tree_time(n, root, size, message, broadcast=True)
     if collective == "all_to_all":  # every pair at once: each rank's end link carries (n-1)/n of S
-        return alpha + (n - 1) / n * size / bandwidth
-    return alpha + size / bandwidth
+        if n * (n - 1) > MAX_ALL_TO_ALL_PAIRS:
+            return None
+        latency = {message(i, j, 0.0) for i in range(n) for j in range(n) if i != j}
+        rate = {message(i, j, 1.0) - message(i, j, 0.0) for i in range(n) for j in range(n) if i != j}
+        if len(latency) > 1 or len(rate) > 1:
+            return None
+        return latency.pop() + (n - 1) / n * size * rate.pop()
+    return message(0, 1, size)
+
+
+def _ring_step(n: int, chunk: float, message: MessageTime) -> float:
+    """One ring step: every rank sends ``chunk`` to its successor; the slowest hop sets the pace."""
+    return max(message(i, (i + 1) % n, chunk) for i in range(n))
+
+
+def _tree_time(n: int, root: int, nbytes: float, message: MessageTime, broadcast: bool) -> float:
+    """A binomial tree over ``n`` ranks rooted at ``root`` (:class:`~simhpc.network.schedules.BinomialTree`):
+    a broadcast sends to each rank's children one after another, largest subtree first; a reduce
+    takes them one after another, smallest first, and sends up once all have arrived."""
+    rounds = (n - 1).bit_length()
+    children = [[v + (1 << k) for k in range(v.bit_length(), rounds) if v + (1 << k) < n] for v in range(n)]
+
+    def cost(a: int, b: int) -> float:
+        return message((a + root) % n, (b + root) % n, nbytes)
+
+    if broadcast:
+        has = [0.0] * n
+        for v in range(n):  # a parent is always a smaller index than its children
+            clock = has[v]
+            for child in children[v]:
+                clock += cost(v, child)
+                has[child] = clock
+        return max(has)
+    ready = [0.0] * n
+    for v in reversed(range(n)):
+        clock = 0.0
+        for child in reversed(children[v]):
+            clock = max(clock, ready[child]) + cost(child, v)
+        ready[v] = clock
+    return ready[0]
