@@ -231,6 +231,24 @@ def test_transposed_convolution_is_priced_as_its_adjoint() -> None:
     assert back.flops() == 2 * forward.flops()
 
 
+def test_slow_convolution_paths_read_their_own_argument_order() -> None:
+    """The im2col paths take ``(input, weight, kernel_size, bias, stride, padding[, dilation])``;
+    ``_convolution`` over them does no work of its own."""
+    types = ["float", "float", "ScalarList", "float", "ScalarList", "ScalarList", "ScalarList"]
+    shapes = [[1, 8, 16, 16], [16, 8, 3, 3], [], [16], [], [], []]
+    forward = _kernel("aten::_slow_conv2d_forward", shapes[:6], types[:6], ["", "", "[3, 3]", "", "[2, 2]", "[1, 1]"])
+    assert (forward.m, forward.n, forward.k, forward.stride) == (8 * 8, 16, 8 * 9, 2)
+    dilated = _kernel("aten::slow_conv_dilated2d", shapes, types, ["", "", "[3, 3]", "", "[1, 1]", "[0, 0]", "[2, 2]"])
+    assert dilated.m == 12 * 12  # 16 - 2 x (3 - 1)
+    backward = _kernel("aten::_slow_conv2d_backward", [[1, 16, 8, 8], *shapes[:2], [], [], [], []],
+                       ["float"] * 3 + ["ScalarList"] * 3 + ["ScalarList"],
+                       ["", "", "", "[3, 3]", "[2, 2]", "[1, 1]", "[True, True, False]"])
+    assert (backward.m, backward.conv, backward.batch) == (8 * 8, "backward", 2)
+    wrapper = kernel_for("aten::_convolution", "conv", [[2, 8, 20, 20], [8, 8, 3, 3], [8]], ["float"] * 3,
+                         ["", "", "", "[1, 1]", "[0, 0]", "[2, 2]", "False"], True, None, ["aten::slow_conv_dilated2d"])
+    assert wrapper.kernel is None and wrapper.reason == ""
+
+
 def test_fused_attention() -> None:
     qkv = [[16, 4, 128, 64]] * 3
     forward = _kernel("aten::_scaled_dot_product_flash_attention_for_cpu", [*qkv, [], []],
@@ -646,10 +664,14 @@ def test_begin_end_pairs_in_any_file_order_and_duplicates() -> None:
              "ts": 2}, {"ph": "E", "pid": 1, "tid": 1, "ts": 5}, {"ph": "E", "pid": 1, "tid": 1, "ts": 9}]
     shuffled = parse_trace([spans[0], spans[3], spans[1], spans[2]], "mem")
     assert {(op.name, op.duration) for op in shuffled.ops} == {("outer", 9e-6), ("inner", 3e-6)}
-    twice = parse_trace([*_events(), *_events()], "mem")
-    once = parse_trace(_events(), "mem")
+    numbered = [{**e, "args": {**e.get("args", {}), "External id": i}} for i, e in enumerate(_events())]
+    twice = parse_trace([*numbered, *numbered], "mem")
+    once = parse_trace(numbered, "mem")
     assert len(twice.ops) == len(once.ops) and twice.skipped["duplicate X event (the same event twice)"] == len(
         once.ops)
+    # Without ids, a redispatch as long as its caller (integer microseconds) is two ops.
+    same = {"ph": "X", "name": "aten::div_", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 3, "dur": 2}
+    assert len(parse_trace([same, dict(same)], "mem").ops) == 2
 
 
 def test_ops_of_other_namespaces_empty_tensors_and_integer_products() -> None:

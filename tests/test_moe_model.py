@@ -20,11 +20,11 @@ def model(**overrides) -> MoEModel:
 def test_parameter_counts():
     m = model()
     h, f = 1024, 4096
-    assert m.expert_params == 2 * h * f
-    assert m.dense_params_per_layer == 4 * h * h + 4 * h + 16 * h
+    assert m.ffn_params == 2 * h * f
+    assert m.dense_params == 2 * (4 * h * h + 4 * h + 16 * h) + (50257 + 1024) * h
     assert m.expert_params_total == 2 * 16 * 2 * h * f
     assert m.total_params == m.dense_params + m.expert_params_total
-    assert model(gated_ffn=True).expert_params == 3 * h * f
+    assert model(gated_ffn=True).ffn_params == 3 * h * f
     # One expert per GPU per layer; each GPU saves its experts and 1/16 of the dense state.
     assert m.checkpoint_params_per_gpu() == pytest.approx(2 * 2 * h * f + m.dense_params / 16)
 
@@ -38,7 +38,7 @@ def test_dense_layers_between_moe_layers():
     # Each dense layer trades the gate (h x experts) for one dense FFN (2 h f).
     assert alternating.dense_params == every.dense_params + 2 * (2 * h * f - 16 * h)
     assert alternating.checkpoint_params_per_gpu() == pytest.approx(2 * 2 * h * f + alternating.dense_params / 16)
-    (attention, ffn) = alternating.dense_layer_times
+    attention, ffn = alternating.dense_attention_time, alternating.dense_ffn_time
     assert attention[0] < alternating.attention_time[0]  # no gate
     # The dense FFN runs every token of the GPU; an expert its share (even: top_k / experts).
     assert ffn[0] > alternating.expert_time(alternating.tokens_per_gpu * 2 / 16)[0]

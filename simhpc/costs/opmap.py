@@ -178,7 +178,46 @@ def _mismatch(op: str, a: list[int], b: list[int]) -> OpKernel:
     return OpKernel(None, f"{op} operands {a} and {b} do not share their contracted dimension")
 
 
-TRANSPOSED_CONV_OPS = frozenset(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"))
+@dataclass(frozen=True)
+class _ConvArgs:
+    """Where a convolution op's arguments are (``Concrete Inputs`` indices; None: not an argument).
+
+    ``transposed``: True, False, or the index of its ``transposed`` flag."""
+
+    stride: int
+    padding: int
+    dilation: int | None
+    groups: int | None
+    transposed: bool | int = False
+
+
+_KERNEL_SIZE_FIRST = _ConvArgs(stride=4, padding=5, dilation=None, groups=None)
+"""``(input, weight, kernel_size, bias, stride, padding)``: the slow (im2col) paths."""
+CONV_ARGS = {
+    # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
+    "convolution": _ConvArgs(3, 4, 5, 8, transposed=6),
+    "_convolution": _ConvArgs(3, 4, 5, 8, transposed=6),
+    # (input, weight, bias, stride, padding, dilation, groups)
+    **dict.fromkeys(("conv1d", "conv2d", "conv3d", "_convolution_mode"), _ConvArgs(3, 4, 5, 6)),
+    "mkldnn_convolution": _ConvArgs(4, 3, 5, 6),  # (input, weight, bias, padding, stride, dilation, groups)
+    "_nnpack_spatial_convolution": _ConvArgs(4, 3, None, None),  # (input, weight, bias, padding, stride)
+    # (input, weight, bias, stride, padding, output_padding, groups, dilation)
+    **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), _ConvArgs(3, 4, 7, 6, True)),
+    **dict.fromkeys(("_slow_conv2d_forward", "thnn_conv2d", "slow_conv3d", "slow_conv3d_forward"),
+                    _KERNEL_SIZE_FIRST),
+    # (input, weight, kernel_size, bias, stride, padding, dilation)
+    **dict.fromkeys(("slow_conv_dilated2d", "slow_conv_dilated3d"), _ConvArgs(4, 5, 6, None)),
+    # (input, weight, kernel_size, bias, stride, padding, output_padding, dilation)
+    **dict.fromkeys(("slow_conv_transpose2d", "slow_conv_transpose3d"), _ConvArgs(4, 5, 7, None, True)),
+}
+BACKWARD_CONV_ARGS = {
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+    #  groups, output_mask)
+    "convolution_backward": (_ConvArgs(4, 5, 6, 9, transposed=7), 10),
+    # (grad_output, input, weight, kernel_size, stride, padding, output_mask)
+    "_slow_conv2d_backward": (_ConvArgs(4, 5, None, None), 6),
+}
+"""Backward convolutions: their arguments and the index of their ``output_mask``."""
 TRANSPOSED_DIRECTION = {"forward": "backward_input", "backward_input": "forward",
                         "backward_weight": "backward_weight", "backward": "backward"}
 """A transposed convolution's pass as the pass of the ordinary convolution it is the adjoint of
@@ -197,45 +236,35 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     """
     shapes = [s for s, _ in tensors]
 
-    def argument(i: int, default: str = "") -> str:
-        return str(concrete[i]) if len(concrete) > i else default
+    def argument(i: int | None, default: str = "") -> str:
+        return str(concrete[i]) if i is not None and len(concrete) > i else default
 
-    if op == "convolution_backward":
+    if op in BACKWARD_CONV_ARGS:
+        args, mask_index = BACKWARD_CONV_ARGS[op]
         if len(shapes) < 3:
-            return OpKernel(None, "convolution_backward without grad, input and weight shapes")
+            return OpKernel(None, f"{op} without grad, input and weight shapes")
         x, w = shapes[1], shapes[2]
-        # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
-        #  groups, output_mask)
-        stride, padding, dilation = (_int_list(argument(i), [1]) for i in (4, 5, 6))
-        transposed = argument(7).strip() == "True"
-        groups_arg = argument(9, "1")
-        mask_text = argument(10)
+        mask_text = argument(mask_index)
         mask = [m.strip() == "True" for m in mask_text.strip("[]").split(",")] if mask_text else [True, True]
         grad_input, grad_weight = [*mask, True, True][:2]
         if not (grad_input or grad_weight):
-            return OpKernel(None, "convolution_backward computing only the bias gradient")
+            return OpKernel(None, f"{op} computing only the bias gradient")
         direction = "backward" if grad_input and grad_weight else "backward_input" if grad_input else "backward_weight"
     else:
+        args = CONV_ARGS.get(op, CONV_ARGS["convolution"])
         if len(shapes) < 2:
             return OpKernel(None, f"{op} without input and weight shapes")
         x, w = shapes[0], shapes[1]
-        transposed = op in TRANSPOSED_CONV_OPS
-        if op == "mkldnn_convolution":  # (input, weight, bias, padding, stride, dilation, groups)
-            order = (4, 3, 5, 6)
-        elif op in ("conv1d", "conv2d", "conv3d", "_convolution_mode"):  # (..., stride, padding, dilation, groups)
-            order = (3, 4, 5, 6)
-        elif transposed:  # conv_transpose*d: (..., stride, padding, output_padding, groups, dilation)
-            order = (3, 4, 7, 6)
-        else:  # convolution/_convolution: (..., stride, padding, dilation, transposed, output_padding, groups)
-            order = (3, 4, 5, 8)
-            transposed = argument(6).strip() == "True"
-        stride, padding, dilation = (_int_list(argument(i), [1]) for i in order[:3])
-        groups_arg = argument(order[3], "1")
         direction = "forward"
+    stride, padding, dilation = (_int_list(argument(i), [1]) for i in (args.stride, args.padding, args.dilation))
+    if args.dilation is None:
+        dilation = [1]
+    transposed = (args.transposed if isinstance(args.transposed, bool)
+                  else argument(args.transposed).strip() == "True")
     spatial = len(x) - 2
     if spatial < 1 or len(w) != len(x):
         return OpKernel(None, f"{op} with unexpected input/weight ranks {len(x)}/{len(w)}")
-    groups = max(1, _int_list(groups_arg, [1])[0])
+    groups = max(1, _int_list(argument(args.groups, "1"), [1])[0])
 
     def pick(values: list[int], i: int) -> int:
         return values[i] if i < len(values) else values[-1]
@@ -442,6 +471,11 @@ def _contiguous_run(shape: list[int], strides: Any) -> int:
     return total
 
 
+def _allocates(child: str) -> bool:
+    """Whether a child op only allocates, reshapes or fills memory (does no computation)."""
+    return base_name(child) in HELPERS or classify(child, "cpu_op") == "view"
+
+
 def _delegates(op: str, kind: str, child: str) -> bool:
     """Whether a child op does the parent's work: a redispatch (its own name: ``div_`` in
     ``div_``), any child of a ``_foreach_`` op (its per-tensor ops), or an op of the same kind that
@@ -486,9 +520,9 @@ def kernel_for(
         return NOTHING
     if kind == "unknown":
         return OpKernel(None, "" if has_children else UNCOVERED.get(op, "no cost model for this op"))
-    # A composite convolution keeps its work unless a child convolution does it (a transposed
-    # one runs its kernel inside ``_convolution``, whose children only allocate and copy).
-    composite = has_children and op in COMPOSITE and not (kind == "conv" and child_names)
+    # A composite convolution whose children only allocate and reshape did the work itself (a
+    # transposed one on the oneDNN path runs its kernel inside ``_convolution``).
+    composite = has_children and op in COMPOSITE and not (kind == "conv" and all(map(_allocates, child_names)))
     if composite or any(_delegates(op, kind, child) for child in child_names):
         return NOTHING
     bad = _bad_shape(shapes)

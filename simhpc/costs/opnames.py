@@ -32,7 +32,8 @@ ADDED_TERM_FIRST = ("addmm", "_addmm_activation", "baddbmm", "addbmm")
 CONV_OPS = names("""
     conv1d conv2d conv3d convolution _convolution mkldnn_convolution convolution_backward
     _slow_conv2d_forward _slow_conv2d_backward thnn_conv2d _convolution_mode conv_transpose1d
-    conv_transpose2d conv_transpose3d _nnpack_spatial_convolution
+    conv_transpose2d conv_transpose3d _nnpack_spatial_convolution slow_conv3d slow_conv3d_forward
+    slow_conv_dilated2d slow_conv_dilated3d slow_conv_transpose2d slow_conv_transpose3d
 """)
 ATTENTION_OPS = {
     "_scaled_dot_product_flash_attention_for_cpu": False,

@@ -80,6 +80,14 @@ def _high_bit(v: int) -> int:
     return v.bit_length() - 1
 
 
+def binomial_children(size: int) -> list[list[int]]:
+    """Children of each rank of a binomial tree over ``size`` ranks, numbered from its root: rank
+    ``v``'s are ``v + 2**k`` for ``h < k < ceil(log2 size)`` (``h``: ``v``'s highest set bit),
+    nearest (largest subtree) first."""
+    rounds = (size - 1).bit_length()
+    return [[v + (1 << k) for k in range(_high_bit(v) + 1, rounds) if v + (1 << k) < size] for v in range(size)]
+
+
 class BinomialTree:
     """A binomial tree rooted at ``root``: ``broadcast`` sends down, otherwise it reduces up.
 
@@ -118,11 +126,7 @@ class BinomialTree:
         self.name = name
         self.on_done = on_done
         size = len(ranks)
-        rounds = (size - 1).bit_length()
-        self._children = [
-            [v + (1 << k) for k in range(_high_bit(v) + 1, rounds) if v + (1 << k) < size]
-            for v in range(size)
-        ]
+        self._children = binomial_children(size)
         self._expected = [len(children) - 1 for children in self._children]  # reduce: next child
         self._ready = [False] * size
 

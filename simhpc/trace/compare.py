@@ -231,11 +231,14 @@ def _call_key(op: OpRecord) -> tuple[str, str]:
 
 
 def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
-    """(name, shapes) of the unknown parent ops whose self time, summed over their calls, is
-    above ``WRAPPER_SELF_SHARE`` of their duration."""
+    """(name, shapes) of the unknown parent ops whose self time, summed over their calls in the
+    profiler steps (all calls when there are none), is above ``WRAPPER_SELF_SHARE`` of their
+    duration."""
     own: dict[tuple[str, str], float] = defaultdict(float)
     total: dict[tuple[str, str], float] = defaultdict(float)
     for op in trace.ops:
+        if trace.steps and op.step is None:
+            continue
         if op.kind == "unknown" and op.children and base_name(op.name) not in COMPOSITE:
             own[_call_key(op)] += op.self_time
             total[_call_key(op)] += op.duration

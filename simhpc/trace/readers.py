@@ -181,7 +181,8 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
     """``X`` events, plus ``B``/``E`` pairs matched per (pid, tid) into complete events.
 
     ``B``/``E`` events are matched in time order (a file need not list them so), and an ``X``
-    event identical to one already read (a file written twice over) is skipped.
+    event that repeats one already read, unique id included (a file written twice over), is
+    skipped.
     """
     complete: list[dict[str, Any]] = []
     open_spans: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
@@ -201,12 +202,9 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
                 skipped["X event without numeric ts/dur"] += 1
                 continue
-            key = (event.get("name"), event.get("cat"), event["ts"], event["dur"], str(event.get("pid")),
-                   str(event.get("tid")), json.dumps(event.get("args"), sort_keys=True, default=str))
-            if key in seen:
+            if _is_repeat(event, seen):
                 skipped["duplicate X event (the same event twice)"] += 1
                 continue
-            seen.add(key)
             complete.append(dict(event))
         elif phase == "B":
             if _number(event.get("ts")) is None:
@@ -233,6 +231,25 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
     if unended:
         skipped["B event never ended"] += unended
     return complete
+
+
+EVENT_IDS = ("External id", "Ev Idx", "Record function id")
+"""``args`` that torch.profiler gives each op a unique value of: an event repeating one of them
+(with the same name, times and thread) is the same event written twice."""
+
+
+def _is_repeat(event: Mapping[str, Any], seen: set[tuple[Any, ...]]) -> bool:
+    """Whether ``event`` repeats one in ``seen`` (recording it if not). Only events carrying an
+    id are compared: without one, two calls in the same microsecond are not told apart."""
+    args = event.get("args")
+    if not isinstance(args, Mapping) or not any(key in args for key in EVENT_IDS):
+        return False
+    key = (event.get("name"), event.get("cat"), event["ts"], event["dur"], str(event.get("pid")),
+           str(event.get("tid")), json.dumps(args, sort_keys=True, default=str))
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
 
 
 def _time_ordered_begin_end(events: list[Any]) -> list[Any]:

@@ -10,10 +10,12 @@ nor for an all-to-all whose paths differ.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Generator
 from typing import Any, Literal
 
+from simhpc.network.schedules import binomial_children
 from simhpc.registry import register
 from simhpc.scenario.types import Count, PositiveInt, PositiveSize, Strict, Time
 from simhpc.workloads.base import InvalidReference, Workload
@@ -134,17 +136,17 @@ class CollectiveWorkload(Workload):
         if mean:
             result["algbw_Bps"] = size / mean
             result["busbw_Bps"] = size / mean * _BUS_FACTOR[self.config.collective](n)
-        estimate = alpha_beta_estimate(self.config.collective, self.algorithm, n, size, self._message_time,
+        estimate = alpha_beta_estimate(self.config.collective, self.algorithm, n, size, self._path_figures,
                                        self.config.root)
         if estimate is not None:
             result["alpha_beta_estimate_s"] = estimate
         return result
 
-    def _message_time(self, src: int, dst: int, nbytes: float) -> float:
-        """Uncontended time of one message between two ranks: its path's latency + size / bandwidth."""
+    def _path_figures(self, src: int, dst: int) -> tuple[float, float]:
+        """Latency and bandwidth of the path between two ranks."""
         topology = self.ctx.network.topology
         path = topology.path(self.ranks[src], self.ranks[dst])
-        return topology.path_latency(path) + nbytes / topology.path_bandwidth(path)
+        return topology.path_latency(path), topology.path_bandwidth(path)
 
     @property
     def algorithm(self) -> str:
@@ -158,6 +160,8 @@ _FIXED_ALGORITHM = {"reduce_scatter": "ring", "all_gather": "ring", "broadcast":
                     "all_to_all": "direct", "send_recv": "point_to_point"}
 
 
+PathFigures = Callable[[int, int], tuple[float, float]]
+"""Latency (s) and bandwidth (bytes/s) of the path from rank ``src`` to rank ``dst``."""
 MessageTime = Callable[[int, int, float], float]
 """Seconds for ``nbytes`` from rank ``src`` to rank ``dst`` on uncontended links."""
 
@@ -165,16 +169,21 @@ MAX_ALL_TO_ALL_PAIRS = 4096
 """All-to-all estimates compare every pair's path; past this many pairs they are not given."""
 
 
-def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, message: MessageTime,
+def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, figures: PathFigures,
                         root: int = 0) -> float | None:
     """Alpha-beta time of ``collective`` over ``n`` ranks, its algorithm run on uncontended links.
 
     ``size`` is the buffer ``S`` per rank (for all-to-all, the bytes each rank sends in all);
-    ``message(src, dst, nbytes)`` the time of one message. A ring step lasts as long as its
-    slowest hop (each rank waits for its predecessor's chunk); binomial trees are walked message by
-    message. None for the hierarchical all-reduce, and for an all-to-all whose pairs' paths differ
-    (or that has more than ``MAX_ALL_TO_ALL_PAIRS`` pairs).
+    ``figures(src, dst)`` the latency and bandwidth of a message's path. A ring step lasts as long
+    as its slowest hop (each rank waits for its predecessor's chunk); binomial trees are walked
+    message by message. None for the hierarchical all-reduce, and for an all-to-all whose pairs'
+    paths differ (or that has more than ``MAX_ALL_TO_ALL_PAIRS`` pairs).
     """
+
+    def message(src: int, dst: int, nbytes: float) -> float:
+        latency, bandwidth = figures(src, dst)
+        return latency + nbytes / bandwidth
+
     if collective == "all_reduce":
         if algorithm == "ring":
             return 2 * (n - 1) * _ring_step(n, size / n, message)
@@ -188,11 +197,12 @@ def alpha_beta_estimate(collective: str, algorithm: str, n: int, size: float, me
     if collective == "all_to_all":  # every pair at once: each rank's end link carries (n-1)/n of S
         if n * (n - 1) > MAX_ALL_TO_ALL_PAIRS:
             return None
-        latency = {message(i, j, 0.0) for i in range(n) for j in range(n) if i != j}
-        rate = {message(i, j, 1.0) - message(i, j, 0.0) for i in range(n) for j in range(n) if i != j}
-        if len(latency) > 1 or len(rate) > 1:
+        latency, bandwidth = figures(0, 1)
+        pairs = (figures(i, j) for i in range(n) for j in range(n) if i != j)
+        if any(not (math.isclose(a, latency, rel_tol=1e-12) and math.isclose(b, bandwidth, rel_tol=1e-12))
+               for a, b in pairs):
             return None
-        return latency.pop() + (n - 1) / n * size * rate.pop()
+        return latency + (n - 1) / n * size / bandwidth
     return message(0, 1, size)
 
 
@@ -205,8 +215,7 @@ def _tree_time(n: int, root: int, nbytes: float, message: MessageTime, broadcast
     """A binomial tree over ``n`` ranks rooted at ``root`` (:class:`~simhpc.network.schedules.BinomialTree`):
     a broadcast sends to each rank's children one after another, largest subtree first; a reduce
     takes them one after another, smallest first, and sends up once all have arrived."""
-    rounds = (n - 1).bit_length()
-    children = [[v + (1 << k) for k in range(v.bit_length(), rounds) if v + (1 << k) < n] for v in range(n)]
+    children = binomial_children(n)
 
     def cost(a: int, b: int) -> float:
         return message((a + root) % n, (b + root) % n, nbytes)

@@ -81,7 +81,8 @@ def describe(summary: dict[str, Any], path: str, overrides: list[str]) -> str:
     nic = format_bandwidth(topo.nic_bandwidth) if topo.nic_bandwidth else "catalog"
     return (
         f"{path} {' '.join(overrides)}\n"
-        f"  {work.model.name}: {work.model.layers} layers, h {work.model.hidden}, {work.model.experts} experts "
+        f"  {work.model.name}: {work.model.layers} layers ({model['moe_layers']} MoE), h {work.model.hidden}, "
+        f"{work.model.experts} experts "
         f"top-{work.model.top_k}, {model['total_params'] / 1e9:.1f} B params; "
         f"{topo.nodes} x {topo.node} ({nic} NICs); checkpoint {format_size(state)} per GPU, "
         f"{work.checkpoint.replicas} in-memory copies; dynamicity {work.dynamicity}, skew {work.loads.skew} "

@@ -87,15 +87,19 @@ class MoEModel:
         return len(self.config.moe_layers)
 
     @property
-    def dense_params_per_layer(self) -> float:
-        """Attention (QKV + output projection), two layer norms and the gate of one MoE layer."""
+    def attention_params(self) -> float:
+        """One layer's attention (QKV and output projections) and two layer norms."""
         h = self.config.hidden
-        return 4.0 * h * h + 4.0 * h + h * self.config.experts
+        return 4.0 * h * h + 4.0 * h
 
     @property
-    def expert_params(self) -> float:
-        """Parameters of one expert, or of a dense layer's feed-forward network (two or three
-        h x f matrices)."""
+    def gate_params(self) -> float:
+        """One MoE layer's router."""
+        return float(self.config.hidden * self.config.experts)
+
+    @property
+    def ffn_params(self) -> float:
+        """One feed-forward network, an expert or a dense layer's (two or three h x f matrices)."""
         matrices = 3 if self.config.gated_ffn else 2
         return float(matrices * self.config.hidden * self.config.ffn_hidden)
 
@@ -104,14 +108,13 @@ class MoEModel:
         """Every dense parameter: all layers' attention, the MoE layers' gates, the dense
         layers' feed-forward networks, and the (tied) embedding."""
         c = self.config
-        h, moe = c.hidden, self.moe_layer_count
-        dense_layers = c.layers - moe
-        per_dense_layer = self.dense_params_per_layer - h * c.experts + self.expert_params
-        return moe * self.dense_params_per_layer + dense_layers * per_dense_layer + (c.vocab + c.sequence_length) * h
+        moe = self.moe_layer_count
+        return (c.layers * self.attention_params + moe * self.gate_params + (c.layers - moe) * self.ffn_params
+                + (c.vocab + c.sequence_length) * c.hidden)
 
     @property
     def expert_params_total(self) -> float:
-        return self.moe_layer_count * self.config.experts * self.expert_params
+        return self.moe_layer_count * self.config.experts * self.ffn_params
 
     @property
     def total_params(self) -> float:
@@ -120,7 +123,7 @@ class MoEModel:
     @property
     def local_expert_params(self) -> float:
         """Expert parameters held by one GPU."""
-        return self.moe_layer_count * self.experts_per_gpu * self.expert_params
+        return self.moe_layer_count * self.experts_per_gpu * self.ffn_params
 
     def checkpoint_params_per_gpu(self) -> float:
         """Parameters whose state one GPU checkpoints (no parameter is saved twice).
@@ -154,10 +157,14 @@ class MoEModel:
         return self._attention(gate=True)
 
     @cached_property
-    def dense_layer_times(self) -> tuple[tuple[float, float], tuple[float, float]]:
-        """A dense layer's (forward, backward) seconds: of its attention and layer norms, and of
-        its feed-forward network over the GPU's tokens."""
-        return self._attention(gate=False), self._ffn_time(round(self.tokens_per_gpu), 1)
+    def dense_attention_time(self) -> tuple[float, float]:
+        """(forward, backward) seconds of one dense layer's attention and layer norms (no gate)."""
+        return self._attention(gate=False)
+
+    @cached_property
+    def dense_ffn_time(self) -> tuple[float, float]:
+        """(forward, backward) seconds of one dense layer's feed-forward network over the GPU's tokens."""
+        return self._ffn_time(round(self.tokens_per_gpu), 1)
 
     def _attention(self, gate: bool) -> tuple[float, float]:
         c, t = self.config, round(self.tokens_per_gpu)

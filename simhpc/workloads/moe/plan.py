@@ -56,12 +56,13 @@ def iteration_phases(layers: int, moe_layers: Collection[int] | None = None) -> 
     forward_moe = (("attention", "compute"), ("dispatch", "comm"), ("expert", "compute"), ("combine", "comm"))
     backward_moe = (("combine", "comm"), ("expert", "compute"), ("dispatch", "comm"), ("attention", "compute"))
     forward_dense = (("attention", "compute"), ("ffn", "compute"))
+    backward_dense = (("ffn", "compute"), ("attention", "compute"))
     spec: list[tuple[str, PhaseKind, str, str, int | None]] = []
     for layer in range(layers):
         for part, kind in forward_moe if layer in moe else forward_dense:
             spec.append((f"fwd.{layer}.{part}", kind, "fwd", part, layer))
     for layer in reversed(range(layers)):
-        for part, kind in backward_moe if layer in moe else forward_dense[::-1]:
+        for part, kind in backward_moe if layer in moe else backward_dense:
             spec.append((f"bwd.{layer}.{part}", kind, "bwd", part, layer))
     spec.append(("allreduce", "comm", "sync", "allreduce", None))
     spec.append(("optimizer", "compute", "step", "optimizer", None))

@@ -32,6 +32,7 @@ def summarise(workload: Any) -> dict[str, Any]:
             "total_params": model.total_params,
             "dense_params": model.dense_params,
             "expert_params": model.expert_params_total,
+            "moe_layers": model.moe_layer_count,
             "tokens_per_gpu": model.tokens_per_gpu,
             "experts_per_gpu": model.experts_per_gpu,
         },

@@ -93,7 +93,7 @@ class Trainer:
         names = [f"n{r // layout.gpus_per_node}.gpu{r % layout.gpus_per_node}" for r in range(self.world)]
         self.tracks: list[Track] = [sim.trace.track(name, "compute") for name in names]
         self.attention = model.attention_time
-        self.dense_attention, self.dense_ffn = model.dense_layer_times
+        self.dense_attention, self.dense_ffn = model.dense_attention_time, model.dense_ffn_time
         self.moe_layers = frozenset(model.config.moe_layers)
         self.optimizer = model.optimizer_time()
         self.dense_grad_bytes = model.dense_params * model.act_bytes
