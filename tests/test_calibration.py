@@ -772,6 +772,22 @@ def test_traced_pointwise_ops_use_the_frameworks_own_points() -> None:
     assert torch_model.duration(foreach, cpu, 1) == pytest.approx(torch_model.duration(gelu, cpu, 1))
 
 
+def test_log_softmax_is_timed_from_the_softmax_points() -> None:
+    """Without points of its own, a log-softmax (and its gradient) takes the measured rate of
+    torch's softmax, whose passes it shares, not the C kernels' exponential."""
+    data = synthetic()
+    data["kernels"]["gemm"] += [dict(row, blas="torch") for row in data["kernels"]["gemm"]]
+    rate = 1e9
+    data["kernels"]["framework"] += [{"op": "_softmax", "dtype": "fp32", "threads": 1, "bytes": size,
+                                      "time_s": size / rate} for size in (1 << 20, 16 << 20)]
+    cal = validate(data, "cal.json")
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="warm"))
+    for op in ("_softmax", "_log_softmax", "_log_softmax_backward_data"):
+        kernel = Elementwise(dtype="fp32", n=1 << 20, op=op, flops_per_element=10.0, inputs=2, outputs=1)
+        assert model.duration(kernel, cpu, 1) == pytest.approx(kernel.bytes() / rate, rel=1e-6), op
+
+
 def test_recurrent_layer_is_its_products_and_gates(cal_path: Path) -> None:
     cal = load_calibration(cal_path)
     cpu, _ = host_specs(cal)

@@ -105,6 +105,7 @@ TRANSCENDENTAL = {
         "logit",
         "_softmax",  # one exponential per element (plus a max and a sum pass)
         "_log_softmax",
+        "_log_softmax_backward_data",  # grad - exp(output) * sum(grad): one exponential per element
         "softmax",
         "log_softmax",
     ),
@@ -121,6 +122,10 @@ GEMM_SMOOTHING = 0.3
 WIDE = 64
 """Products at least this wide in every dimension run within ~30 % of each other in any operand
 layout: their ``nn`` points stand in for other layouts there."""
+FRAMEWORK_STAND_INS = {"_log_softmax": "_softmax", "_log_softmax_backward_data": "_softmax"}
+"""ATen ops timed from the torch points of an op with the same passes, when they have none of
+their own: a log-softmax is a softmax's max, exponential-and-sum and normalising passes, and its
+gradient one exponential per element besides a sum."""
 OWN_OP_ONLY = ("framework",)
 """Sections whose kernels are timed only from their very op's points (no other op stands in)."""
 STREAMING = ("elementwise", "reduction", "bandwidth", "permute", "framework")
@@ -321,6 +326,8 @@ class CalibratedEfficiency:
         """
         if isinstance(kernel, Elementwise):
             per_tensor = kernel.op.removeprefix("_foreach_")  # a foreach op runs its per-tensor kernel on each
+            if per_tensor not in self._framework_ops:
+                per_tensor = FRAMEWORK_STAND_INS.get(per_tensor, per_tensor)
             if framework and self.blas == "torch" and per_tensor in self._framework_ops:
                 return "framework", per_tensor, kernel.dtype, kernel.bytes(), kernel.bytes()
             op = _OP_CURVE.get(per_tensor.removesuffix("_"), "add")
