@@ -29,8 +29,11 @@ test: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check .
+
 bench: $(DEV_STAMP)
 	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf runs out .pytest_cache .ruff_cache
+	rm -rf runs out sweeps .pytest_cache .ruff_cache

@@ -16,11 +16,15 @@ every policy sees the same load sequence at a given dynamicity).
   the expert gaps for the prediction's error; a frozen profile that happens to be near the
   typical load loses little on this one seed).
 
-Writes ``plots/capricorn_dynamicity.png``. Usage: ``python plots/capricorn_dynamicity.py``.
+Writes ``plots/capricorn_dynamicity.png`` (the committed figure) unless ``-o`` names another
+file, and prints the iteration times it plots::
+
+    .venv/bin/python plots/capricorn_dynamicity.py [-o FILE]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -55,7 +59,10 @@ def mean_iteration(job: tuple[str, float, str]) -> float:
     return summary["workload"]["mean_iteration_time_s"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-o", "--output", type=Path, default=OUTPUT, help=f"figure to write (default {OUTPUT})")
+    args = parser.parse_args(argv)
     stationary_policies = ("none", "gemini", "capricorn")
     jobs = [(p, d, "uniform") for p in POLICIES for d in DYNAMICITY]
     jobs += [(p, d, "stationary") for p in stationary_policies for d in DYNAMICITY]
@@ -87,12 +94,13 @@ def main() -> None:
         axis.legend(fontsize=8)
     figure.suptitle("moe_demo: 2-layer GPT-MoE, 2 x 8 A100, 100 Gb/s NICs", fontsize=10)
     figure.tight_layout()
-    figure.savefig(OUTPUT, dpi=120)
+    figure.savefig(args.output, dpi=120)
     for label, table in (("even start", times), ("stationary start", stationary)):
-        print(label)
+        print(f"{label}: steady-state iteration time (s) by dynamicity")
+        print(f"  {'policy':14s} " + " ".join(f"{d:7g}" for d in DYNAMICITY))
         for policy, series in table.items():
             print(f"  {policy:14s} " + " ".join(f"{t:7.3f}" for t in series))
-    print(f"wrote {OUTPUT}")
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

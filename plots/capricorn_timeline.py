@@ -7,11 +7,14 @@ iteration) once per policy and draws, for GPU 0 of node 0, the same steady-state
 * **training traffic**: its all-to-all and all-reduce transfers (rail 0 and NVLink);
 * **checkpoint**: its checkpoint copies in flight (to host memory, peers, or staging).
 
-Writes ``plots/capricorn_timeline.png``. Usage: ``python plots/capricorn_timeline.py [ITERATION]``.
+Writes ``plots/capricorn_timeline.png`` (the committed figure) unless ``-o`` names another file::
+
+    .venv/bin/python plots/capricorn_timeline.py [ITERATION] [-o FILE]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -60,8 +63,12 @@ def iteration_spans(policy: str, iteration: int) -> tuple[float, float, dict[str
     return start, end, rows
 
 
-def main(argv: list[str]) -> None:
-    iteration = int(argv[1]) if len(argv) > 1 else 8
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("iteration", nargs="?", type=int, default=8, help="the iteration drawn (default 8)")
+    parser.add_argument("-o", "--output", type=Path, default=OUTPUT, help=f"figure to write (default {OUTPUT})")
+    args = parser.parse_args(argv)
+    iteration = args.iteration
     figure, axes = plt.subplots(len(POLICIES), 1, figsize=(12, 1.5 * len(POLICIES) + 1), sharex=False)
     for axis, policy in zip(axes, POLICIES):
         start, end, rows = iteration_spans(policy, iteration)
@@ -81,9 +88,9 @@ def main(argv: list[str]) -> None:
     figure.suptitle("One iteration on n0.gpu0 per checkpoint policy (moe_demo: checkpoint every iteration)",
                     fontsize=10, x=0.01, ha="left")
     figure.tight_layout(rect=(0.06, 0, 1, 0.95))
-    figure.savefig(OUTPUT, dpi=120)
-    print(f"wrote {OUTPUT}")
+    figure.savefig(args.output, dpi=120)
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main()

@@ -276,6 +276,9 @@ def test_layout_changing_copies_interpolate_in_the_run(cal_path: Path) -> None:
     bare = tmp_calibration(cal_path.parent / "bare.json", data)
     assert not CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes, run=1))
     assert CalibratedEfficiency(bare).covers(Copy(nbytes=nbytes))
+    # fp32 points cannot time a 16-bit product (10-50x slower without 16-bit arithmetic)
+    assert CalibratedEfficiency(bare).covers(Gemm(dtype="fp32", m=64, n=64, k=64))
+    assert not CalibratedEfficiency(bare).covers(Gemm(dtype="bf16", m=64, n=64, k=64))
 
 
 def test_fused_attention_is_its_products_and_its_exponentials(cal_path: Path) -> None:

@@ -169,5 +169,6 @@ def test_the_report_states_the_page_faults_it_predicts(tmp_path: Path) -> None:
     text = runner.invoke(main, [*arguments, "-o", str(tmp_path / "report")])
     assert text.exit_code == 0, text.output
     assert "first touch:" in text.output
-    summary = json.loads(runner.invoke(main, [*arguments, "--json"], catch_exceptions=False).stdout)
+    as_json = runner.invoke(main, [*arguments, "--json", "-o", str(tmp_path / "json")], catch_exceptions=False)
+    summary = json.loads(as_json.stdout)
     assert summary["first_touch_s"] == pytest.approx(_pages(LARGE) * PER_PAGE_S)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -86,6 +87,13 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
         err.print(
             f"warning: this machine is busy ({busy} other runnable tasks on {host.logical_cpus} CPUs): "
             "measurements will be slower and noisier than the hardware can do"
+        )
+    if importlib.util.find_spec("torch") is None:
+        err.print(
+            "warning: torch is not installed, so its products (16-bit ones too), convolutions, pooling, "
+            "ATen pointwise ops and dispatch costs are not measured: 'simhpc compare' of torch.profiler "
+            "traces then times products from numpy's BLAS and lists what it cannot time "
+            "(.venv/bin/pip install torch==2.13.0 to measure them)"
         )
     start = time.perf_counter()
     try:

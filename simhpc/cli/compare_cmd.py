@@ -276,6 +276,10 @@ def command(
     cpu, _ = host_specs(cal)
     used, threads_from = _threads(trace, threads, cal.host.cores)
     backends = cal.gemm_backends()
+    if trace.format == "torch.profiler" and "torch" not in backends:
+        click.echo(f"warning: {cal.source} was calibrated without torch: products are timed from numpy's "
+                   "BLAS and ATen ops from the C kernels, which torch's own kernels can run far from "
+                   "(calibrate where torch is installed)", err=True)
     chosen = blas or default_blas(trace, backends)
     if chosen not in backends:
         raise CompareError(

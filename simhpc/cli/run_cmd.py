@@ -23,7 +23,8 @@ from simhpc.scenario.loader import load_scenario
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output folder.")
 @user_errors
 def command(scenario: Path, outdir: Path | None, overrides: tuple[str, ...], quiet: bool) -> None:
-    """Simulate SCENARIO; write summary.json, trace.json, metrics.csv and timeline.png."""
+    """Simulate SCENARIO; write summary.json, metrics.csv, trace.json and timeline.png (the last two
+    unless the scenario's outputs.trace / outputs.timeline is false)."""
     config = load_scenario(scenario, overrides)
     folder = outdir or Path("runs") / scenario.stem
     result = simulate(config, str(scenario), monitor=lambda sim: run_progress(sim, config.name))

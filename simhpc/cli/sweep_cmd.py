@@ -90,7 +90,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _print_plan(plan: SweepPlan) -> None:
-    click.echo(f"{len(plan.points)} runs ({plan.combinations} points) from {plan.source}")
+    runs, points = len(plan.points), plan.combinations
+    click.echo(f"{runs} run{'s' if runs != 1 else ''} ({points} point{'s' if points != 1 else ''}) from {plan.source}")
     for point in plan.points:
         click.echo(f"{point.index:5d}  {point.key[:12]}  {point.label()}")
 

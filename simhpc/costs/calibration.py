@@ -82,6 +82,7 @@ from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
 from simhpc.costs.opmap import CHANNELS_LAST
 from simhpc.hardware.specs import CpuSpec
 
+SIXTEEN_BIT = ("bf16", "fp16")
 ONE_GRADIENT = ("backward_input", "backward_weight")
 """Convolution backward passes computing one gradient, measured on their own."""
 
@@ -433,8 +434,15 @@ class CalibratedEfficiency:
         return max(0.0, cold - warm)
 
     def covers(self, kernel: Kernel) -> bool:
-        """Whether the calibration measured a kernel of this kind (else the fallback model times it)."""
+        """Whether the calibration measured a kernel of this kind (else the fallback model times it).
+
+        A 16-bit product needs points of its own dtype: on a CPU without 16-bit arithmetic it runs
+        10-50x below fp32, which fp32's points cannot tell.
+        """
         if isinstance(kernel, (Gemm, Attention, Recurrent)):
+            if kernel.dtype in SIXTEEN_BIT and not any(
+                    dtype == kernel.dtype for surfaces in self._gemm.values() for dtype, _ in surfaces):
+                return False
             return bool(self._gemm.get("nn"))
         key = self._stream_key(kernel)
         if key is not None and key[0] in OWN_OP_ONLY:

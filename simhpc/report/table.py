@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +11,8 @@ from rich.table import Table
 from simhpc.units import format_bandwidth, format_size, format_time
 
 _SUFFIX_FORMATS = (("_s", format_time), ("bytes", format_size), ("_Bps", format_bandwidth))
+_BYTES_INSIDE = re.compile(r"_bytes_per_\w+$")
+"""Byte counts named per something (``state_bytes_per_gpu``): sizes too."""
 
 
 def format_value(key: str, value: Any) -> str:
@@ -18,6 +21,8 @@ def format_value(key: str, value: Any) -> str:
         for suffix, formatter in _SUFFIX_FORMATS:
             if key.endswith(suffix):
                 return formatter(value)
+        if _BYTES_INSIDE.search(key):
+            return format_size(value)
         return f"{value:.6g}"
     return str(value)
 

@@ -1,4 +1,4 @@
-"""timeline.png: every track's busy intervals over simulated time."""
+"""timeline.png: the busy intervals of up to ``MAX_ROWS`` tracks over simulated time."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from simhpc.engine.recorder import TraceRecorder, Track
 from simhpc.units import format_time
 
 MAX_ROWS = 48
+FIXED_COLOURS = {"stall": "tab:red"}
+"""Categories drawn in the same colour in every figure (a stall is red, as in the policy timelines)."""
 
 
 def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", max_rows: int = MAX_ROWS) -> None:
@@ -27,7 +29,8 @@ def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", ma
     end = recorder.end_time() or 1.0
     scale, unit = _time_scale(end)
     labels = sorted({span.category or span.name for track in tracks for span in track.spans})
-    colours = {label: plt.get_cmap("tab20")(i % 20) for i, label in enumerate(labels)}
+    palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (6, 7)]  # tab20's reds: stalls only
+    colours = {label: FIXED_COLOURS.get(label, palette[i % len(palette)]) for i, label in enumerate(labels)}
     height = max(2.5, 0.28 * len(tracks) + 1.2)
     figure, axes = plt.subplots(figsize=(12, height))
     for row, track in enumerate(tracks):

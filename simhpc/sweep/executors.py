@@ -26,7 +26,7 @@ from simhpc.sweep.plan import SweepPoint
 from simhpc.sweep.worker import RunOutcome, init_worker, run_point
 
 START_METHODS = ("forkserver", "spawn", "fork")
-DASK_MISSING = "the dask executor needs the 'dask' extra: pip install 'simhpc[dask]'"
+DASK_MISSING = "the dask executor needs the 'dask' extra: pip install -e '.[dask]' in the simhpc checkout"
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,9 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         if covers is not None and not covers(result.kernel):
             if isinstance(result.kernel, FrameworkOp):
                 reason = f"no {result.kernel.op} points in the calibration (measured where torch is installed)"
+            elif getattr(result.kernel, "dtype", "") in ("bf16", "fp16"):
+                reason = (f"no {result.kernel.dtype} product points in the calibration (measured where torch "
+                          "is installed)")
             else:
                 reason = f"no {result.kernel.kind} points in the calibration (re-run 'simhpc calibrate')"
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, reason))
