@@ -244,8 +244,8 @@ def _is_repeat(event: Mapping[str, Any], seen: set[tuple[Any, ...]]) -> bool:
     args = event.get("args")
     if not isinstance(args, Mapping) or not any(key in args for key in EVENT_IDS):
         return False
-    key = (event.get("name"), event.get("cat"), event["ts"], event["dur"], str(event.get("pid")),
-           str(event.get("tid")), json.dumps(args, sort_keys=True, default=str))
+    key = (event.get("name"), event["ts"], event["dur"], str(event.get("pid")), str(event.get("tid")),
+           *(str(args.get(name)) for name in EVENT_IDS))
     if key in seen:
         return True
     seen.add(key)
@@ -253,8 +253,8 @@ def _is_repeat(event: Mapping[str, Any], seen: set[tuple[Any, ...]]) -> bool:
 
 
 def _time_ordered_begin_end(events: list[Any]) -> list[Any]:
-    """``events`` with the ``B``/``E`` events of each thread in time order (stable: equal times
-    keep the file's order), every other event where it was."""
+    """``events`` with its ``B``/``E`` events in time order (stable: equal times keep the file's
+    order) in the slots they took, every other event where it was."""
     slots = [i for i, event in enumerate(events)
              if isinstance(event, Mapping) and event.get("ph") in ("B", "E") and _number(event.get("ts")) is not None]
     ordered = sorted(slots, key=lambda i: float(events[i]["ts"]))
