@@ -172,6 +172,20 @@ def test_an_embeddings_backward_counts_its_whole_weight_gradient() -> None:
     assert zeroed is not None and zeroed.bytes() == 4 * 64 * 128 * 256  # its traced zero_ child is timed on its own
 
 
+def test_nll_loss_moves_one_value_per_target() -> None:
+    """``nll_loss_forward`` gathers one log-probability per target of a [1024, 5000] input; the
+    backward writes one gradient per target, zeroing the rest unless a traced child does."""
+    types = ["float", "long int", "", "Scalar", "Scalar"]
+    forward = _kernel("aten::nll_loss_forward", [[1024, 5000], [1024], [], [], []], types)
+    assert forward.n == 1024
+    back_shapes = [[], [1024, 5000], [1024], [], [], [], []]
+    back_types = ["float", "float", "long int", "", "Scalar", "Scalar", "float"]
+    zeroed = kernel_for("aten::nll_loss_backward", "elementwise", back_shapes, back_types, [], True, None,
+                        ["aten::zero_"]).kernel
+    assert zeroed is not None and zeroed.n == 1024
+    assert _kernel("aten::nll_loss_backward", back_shapes, back_types).n == 1024 + 1024 * 5000
+
+
 def test_elementwise_dtype_is_the_largest_tensors() -> None:
     """AdamW's ``mul`` of a 0-dim ``double`` step size by ``float`` moments runs in fp32, and so
     does ``where`` with a bool condition as large as its values."""

@@ -339,11 +339,32 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
     return OpKernel(Elementwise(dtype=dtype, n=max(1, n), op=op, inputs=2, outputs=1))
 
 
+NLL_LOSS_OPS = names("nll_loss_forward nll_loss2d_forward nll_loss_backward nll_loss2d_backward")
+"""Negative log-likelihood: one value per target, not the whole ``[N, C]`` of log-probabilities."""
+
+
+def _nll_loss(op: str, tensors: list[tuple[list[int], str]], zeroed_by_child: bool) -> OpKernel:
+    """``nll_loss_forward(self, target, ...)`` gathers one log-probability per target;
+    ``nll_loss_backward(grad_output, self, target, ...)`` writes one gradient per target into a
+    zeroed ``self``-shaped gradient (the zeroing is its own traced ``fill_`` / ``zero_``, else it is
+    counted here)."""
+    dtype = _data_dtype(tensors)
+    shapes = [s for s, _ in tensors]
+    backward = op.endswith("_backward")
+    target = shapes[2 if backward else 1] if len(shapes) > (2 if backward else 1) else []
+    n = max(1, _numel(target))
+    if backward and not zeroed_by_child and len(shapes) > 1:
+        n += _numel(shapes[1])
+    return OpKernel(Elementwise(dtype=dtype, n=n, op=op, inputs=2, outputs=1))
+
+
 def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any] = (),
                  zeroed_by_child: bool = False) -> OpKernel:
     dtype = _data_dtype(tensors)
     if op in INDEXED_OPS:
         return _indexed(op, tensors, list(concrete))
+    if op in NLL_LOSS_OPS:
+        return _nll_loss(op, tensors, zeroed_by_child)
     if op.startswith("_foreach") or op.startswith("_fused"):
         lists = [s for s, _ in tensors]
         n = sum(_numel(s) for s in lists)
