@@ -352,7 +352,17 @@ def test_convolution_gradients_and_strides_have_their_own_points(cal_path: Path)
     assert grouped.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
     plain = Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward")
     assert grouped.gemm_fraction(plain, 1) == pytest.approx(0.2, rel=1e-6)
-    data["kernels"]["conv"] = [row for row in data["kernels"]["conv"] if row["stride"] == 1]
+    # 1-D depthwise points (a one-high image) are their own class: a 2-D kernel keeps the 2-D rate
+    data["kernels"]["conv"] += [
+        {"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "groups": 64, "m": m, "n": 1, "k": 5,
+         "passes": 1, "image": [m // 512, 64, 1, 512], "time_s": 2.0 * m * 5 * 64 / (0.001 * t * CLOCK * 16 * 4)}
+        for t in (1, 4) for m in (16384, 65536)
+    ]
+    lines = CalibratedEfficiency(tmp_calibration(cal_path.parent / "lines.json", data), gemm_method="linear")
+    assert lines.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
+    line = Gemm(dtype="fp32", m=32768, n=1, k=5, batch=64, conv="forward", groups=64, line=True)
+    assert lines.gemm_fraction(line, 1) == pytest.approx(0.001, rel=1e-6)  # m alone varies: along m
+    data["kernels"]["conv"] = [row for row in data["kernels"]["conv"] if row["stride"] == 1 and "image" not in row]
     unstrided = CalibratedEfficiency(tmp_calibration(cal_path.parent / "s1.json", data), gemm_method="linear")
     assert unstrided.gemm_fraction(Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward", stride=2), 1) == (
         pytest.approx(0.2, rel=1e-6))

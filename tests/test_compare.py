@@ -204,6 +204,7 @@ def test_convolution_as_implicit_gemm() -> None:
     depthwise = _kernel("aten::mkldnn_convolution", [[32, 64, 1, 512], [64, 1, 1, 5], [64], [], [], [], []], types,
                         ["", "", "", "[0, 2]", "[1, 1]", "[1, 1]", "64"])
     assert (depthwise.m, depthwise.n, depthwise.k, depthwise.batch, depthwise.groups) == (32 * 512, 1, 5, 64, 64)
+    assert depthwise.line and not forward.line  # a one-high image under a one-high kernel is 1-D
     too_wide = kernel_for("aten::mkldnn_convolution", "conv", [[64, 32, 4, 4], [64, 32, 7, 7], [64], [], [], [], []],
                           types, ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"], False)
     assert too_wide.kernel is None and "wider than its padded input" in too_wide.reason

@@ -79,7 +79,7 @@ from simhpc.costs.kernels import (
     dtype_bytes,
 )
 from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
-from simhpc.costs.opmap import CHANNELS_LAST
+from simhpc.costs.opmap import CHANNELS_LAST, is_line
 from simhpc.hardware.specs import CpuSpec
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -189,8 +189,8 @@ class CalibratedEfficiency:
         self.smoothing = smoothing
         self._gemm: dict[str, Surfaces] = defaultdict(dict)
         """GEMM surfaces by operand layout."""
-        self._conv: dict[tuple[str, bool, bool], Surfaces] = defaultdict(dict)
-        """Convolution surfaces by pass, whether the convolution is strided and whether grouped."""
+        self._conv: dict[tuple[str, bool, bool, bool], Surfaces] = defaultdict(dict)
+        """Convolution surfaces by pass, whether the convolution is strided, grouped and 1-D."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -210,13 +210,14 @@ class CalibratedEfficiency:
             self._gemm[layout][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
-        convs: dict[tuple[str, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        convs: dict[tuple[str, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
             groups = row.get("groups", 1)
-            key = (row["direction"], row.get("stride", 1) > 1, groups > 1, row["dtype"], row["threads"])
+            key = (row["direction"], row.get("stride", 1) > 1, groups > 1, is_line(row.get("image", ())),
+                   row["dtype"], row["threads"])
             convs[key].append({**row, "batch": row["passes"] * groups})
-        for (direction, strided, grouped, dtype, threads), rows in sorted(convs.items()):
-            self._conv[(direction, strided, grouped)][(dtype, threads)] = GemmSurface(
+        for (direction, strided, grouped, line, dtype, threads), rows in sorted(convs.items()):
+            self._conv[(direction, strided, grouped, line)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -287,8 +288,8 @@ class CalibratedEfficiency:
         A product with transposed operands uses the points of its ``layout`` when the calibration
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension). A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
-        grouped (depthwise) or not and strided or not like the kernel (else the nearest class's:
-        grouping first), else the GEMM points; a
+        grouped (depthwise) or not, 1-D or not and strided or not like the kernel (else the
+        nearest class's: grouping first, then dimensionality), else the GEMM points; a
         one-gradient pass without points of its own uses those of a two-gradient ``backward``
         (older calibrations), and a two-gradient backward with one-gradient points takes the
         time of both passes. The kernel's own dtype's points come first (16-bit products on a
@@ -304,7 +305,8 @@ class CalibratedEfficiency:
         if kernel.conv:
             strided, grouped = kernel.stride > 1, kernel.groups > 1
             passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)
-            candidates[:0] = [self._conv.get((p, s, g), {}) for g in (grouped, not grouped) for p in passes
+            candidates[:0] = [self._conv.get((p, s, g, line), {}) for g in (grouped, not grouped)
+                              for line in (kernel.line, not kernel.line) for p in passes
                               for s in (strided, not strided)]
         own = [c for c in candidates if any(key[0] == kernel.dtype for key in c)]
         surfaces = own[0] if own else next((c for c in candidates if c), {})
@@ -317,7 +319,7 @@ class CalibratedEfficiency:
 
     def _measured(self, conv_pass: str) -> bool:
         """Whether the calibration has convolution points of ``conv_pass``."""
-        return any(surfaces for (name, _, _), surfaces in self._conv.items() if name == conv_pass)
+        return any(surfaces for (name, *_), surfaces in self._conv.items() if name == conv_pass)
 
     def _stream_key(self, kernel: Kernel, framework: bool = True) -> tuple[str, str, str, float, float] | None:
         """(section, op, dtype, working set, amount) of a memory-bound kernel; time = amount x curve.

@@ -46,6 +46,17 @@ class GemmSurface:
         # Dimensions that never vary (no batched points) would make the problem degenerate.
         self.varying = [i for i in range(points.shape[1]) if np.ptp(points[:, i]) > 0]
         used = points[:, self.varying]
+        self._cache: dict[tuple[int, int, int, int], float] = {}
+        self.line: tuple[np.ndarray, np.ndarray] | None = None
+        """Points varying along one dimension at most: piecewise-linear along it (scipy's
+        N-D interpolators need two), clamped at its ends; none: their mean."""
+        if len(self.varying) <= 1:
+            order = np.argsort(used[:, 0], kind="stable") if self.varying else np.arange(len(values))
+            xs = used[order, 0] if self.varying else np.zeros(1)
+            ys = values[order] if self.varying else np.array([values.mean()])
+            self.line = (xs, ys)
+            self.nearest = self.linear = self.rbf = None
+            return
         enough = len(rows) > len(self.varying) + 2
         self.nearest = NearestNDInterpolator(used, values)
         self.linear = LinearNDInterpolator(used, values) if enough and method == "linear" else None
@@ -54,7 +65,6 @@ class GemmSurface:
             if enough and method == "rbf"
             else None
         )
-        self._cache: dict[tuple[int, int, int, int], float] = {}
 
     @staticmethod
     def features(m: int, n: int, k: int, batch: int) -> tuple[float, float, float, float]:
@@ -65,11 +75,14 @@ class GemmSurface:
         if key not in self._cache:
             point = np.array([self.features(m, n, k, batch)])[:, self.varying]
             value = math.nan
-            if self.rbf is not None:
+            if self.line is not None:
+                xs, ys = self.line
+                value = float(np.interp(point[0, 0] if self.varying else 0.0, xs, ys))
+            elif self.rbf is not None:
                 value = float(self.rbf(point)[0])
             elif self.linear is not None:
                 value = float(self.linear(point)[0])
-            if math.isnan(value):
+            if math.isnan(value) and self.nearest is not None:
                 value = float(self.nearest(point)[0])
             self._cache[key] = math.exp(min(max(value, self.low), self.high))
         return self._cache[key]

@@ -59,6 +59,10 @@ class Gemm(Kernel):
     from its own convolution points. ``stride``: the convolution's largest stride (1 for a
     product). ``groups``: its groups (``batch`` = groups x passes; ``m``, ``n``, ``k`` per group).
 
+    ``line``: a 1-D convolution (one spatial extent, or an image one pixel high under a kernel
+    one tap high), whose kernels differ from 2-D ones of the same m, n, k (a depthwise 1x5 weight
+    gradient ran 8x slower here than a 3x3 one of the same size).
+
     ``layout``: whether ``A`` and ``B`` are stored transposed (column-major), ``"nn"``, ``"nt"``,
     ``"tn"`` or ``"tt"``: a linear layer's forward multiplies by its transposed weight (``nt``), its
     weight gradient by the transposed input (``tn``). BLAS kernels for narrow products differ by
@@ -73,6 +77,7 @@ class Gemm(Kernel):
     layout: str = "nn"
     stride: int = 1
     groups: int = 1
+    line: bool = False
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:

@@ -286,7 +286,15 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     k = w[1] * math.prod(w[2:])
     passes = 2 if direction == "backward" else 1
     return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction,
-                         stride=max(stride), groups=groups))
+                         stride=max(stride), groups=groups, line=is_line(x, w)))
+
+
+def is_line(image: Sequence[int], weight: Sequence[int] = ()) -> bool:
+    """Whether a convolution over ``image`` (``[N, C, *spatial]``) is one-dimensional: one spatial
+    extent, or an image one pixel high (under a kernel one tap high, when ``weight`` is given)."""
+    if len(image) == 3:
+        return True
+    return len(image) == 4 and image[2] == 1 and (len(weight) != 4 or weight[2] == 1)
 
 
 def _recurrent(op: str, tensors: list[tuple[list[int], str]]) -> OpKernel:
