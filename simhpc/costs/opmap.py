@@ -256,9 +256,8 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
             return OpKernel(None, f"{op} without input and weight shapes")
         x, w = shapes[0], shapes[1]
         direction = "forward"
+    # an argument the op does not take (None) reads as empty: the default [1]
     stride, padding, dilation = (_int_list(argument(i), [1]) for i in (args.stride, args.padding, args.dilation))
-    if args.dilation is None:
-        dilation = [1]
     transposed = (args.transposed if isinstance(args.transposed, bool)
                   else argument(args.transposed).strip() == "True")
     spatial = len(x) - 2

@@ -118,9 +118,7 @@ class CollectiveWorkload(Workload):
         n, size = len(self.ranks), self.config.size
         done = self.durations
         mean = sum(done) / len(done) if done else None
-        topology = self.ctx.network.topology
-        path = topology.path(self.ranks[0], self.ranks[1])
-        alpha, bandwidth = topology.path_latency(path), topology.path_bandwidth(path)
+        alpha, bandwidth = self._path_figures(0, 1)
         result: dict[str, Any] = {
             "kind": "collective",
             "collective": self.config.collective,
