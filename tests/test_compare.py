@@ -727,7 +727,7 @@ def test_without_steps_the_time_runs_from_the_first_op_to_the_last(tmp_path: Pat
     result = CliRunner().invoke(main, ["compare", str(path), "--json", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     first, last = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
-    assert json.loads(result.output)["measured_step_s"] == pytest.approx((last - first) * 1e-6)
+    assert json.loads(result.stdout)["measured_step_s"] == pytest.approx((last - first) * 1e-6)
 
 
 def test_a_trace_of_zero_length_ops_is_one_line(tmp_path: Path) -> None:
