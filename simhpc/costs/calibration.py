@@ -23,11 +23,12 @@
   nearest its own (log-log in the run). With ``cache="cold"`` an elementwise or reduction kernel
   (and a layout-changing copy, pooling or random fill) takes at least what the cold ``add``/``sum``
   points (single calls after a cache flush) give its bytes: a framework op inside a training
-  step finds its operands out of cache. A BLAS product then also pays its bytes on the cold ``add``
-  curve less the same bytes on the warm one: the calibration's repeated calls found operands and
-  result in cache, a step's ops mostly do not (+10 % for a 64 x 4096 x 10 product here, nothing
-  once operands outgrow the caches). A recurrent layer's per-step products run back to back
-  on the same weights and do not pay it.
+  step finds its operands out of cache. A BLAS product then also pays what its ``gemm_cold``
+  points say a single call after a cache flush takes over repeated calls (a constant, for the
+  BLAS's code and buffers, plus its bytes over a bandwidth; 71-76 us a call and up to 27 us
+  per MB on the 2-core Xeon reference, twice a 64 x 4096 x 10 product's warm time); a calibration
+  without them charges its bytes on the cold ``add`` curve less the same bytes on the warm one.
+  A recurrent layer's per-step products run back to back on the same weights and do not pay it.
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
   moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
@@ -62,6 +63,9 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
+
+import numpy as np
+from scipy import optimize
 
 from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.interpolation import Curve, GemmSurface, Surfaces, curve_1d
@@ -143,6 +147,25 @@ ATTENTION_BLOCK = 16 << 10
 """Working set (bytes) whose measured ``exp`` rate times a fused attention's softmax: a block of
 scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
+
+def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[float, float]]:
+    """Threads -> (seconds, seconds per byte): the least-relative-squares non-negative fit of
+    ``seconds + bytes x seconds per byte`` to the ``gemm_cold`` points' cold-less-warm times."""
+    points: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.get("blas", "torch") == blas:
+            moved = 4.0 * row.get("batch", 1) * (row["m"] * row["k"] + row["k"] * row["n"] + row["m"] * row["n"])
+            points[row["threads"]].append((moved, row["time_s"] - row["warm_s"]))
+    fits = {}
+    for threads, measured in sorted(points.items()):
+        kept = [(moved, extra) for moved, extra in measured if extra > 0]
+        if len(kept) < 2:
+            continue
+        matrix = np.array([[1.0 / extra, moved / extra] for moved, extra in kept])
+        coefficients, _ = optimize.nnls(matrix, np.ones(len(kept)))
+        fits[threads] = (float(coefficients[0]), float(coefficients[1]))
+    return fits
+
 
 class CalibratedEfficiency:
     """Efficiencies interpolated from a calibration (see the module docstring).
@@ -239,6 +262,7 @@ class CalibratedEfficiency:
             streams[("framework", row["op"], row["dtype"], str(row["threads"]))].append(
                 (row["bytes"], row["time_s"] / row["bytes"])
             )
+        self._cold_product = cold_product_fits(cal.rows("gemm_cold"), self.blas)
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch")}
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
@@ -423,12 +447,20 @@ class CalibratedEfficiency:
         return max(amount / rate, floor)
 
     def cold_operands_s(self, kernel: Kernel, threads: int) -> float:
-        """With ``cache="cold"``: the extra time of fetching a product's operands and result from DRAM
-        instead of the caches they sat in between the calibration's repeated calls, i.e. its bytes
-        on the cold ``add`` curve less the same bytes on the warm one (0 once they outgrow the caches)."""
-        if self.cache != "cold" or "elementwise" not in self._cold or kernel.conv:
+        """With ``cache="cold"``: the extra time of a product inside a training step over the
+        calibration's repeated calls. From the ``gemm_cold`` points where the calibration has them:
+        what a single call after a cache flush took over repeated ones, fitted as a constant
+        (the BLAS's code and buffers fetched again) plus the product's bytes over a bandwidth
+        (operands and result from DRAM). Else its bytes on the cold ``add`` curve less the same
+        bytes on the warm one (0 once they outgrow the caches)."""
+        if self.cache != "cold" or kernel.conv:
             return 0.0
         moved = kernel.bytes()
+        if self._cold_product:
+            blend = self._thread_blend(sorted(self._cold_product), threads)
+            return sum(w * (self._cold_product[t][0] + moved * self._cold_product[t][1]) for t, w in blend)
+        if "elementwise" not in self._cold:
+            return 0.0
         cold = self._curve_time("elementwise", "add" + COLD, "fp32", moved, moved, threads)
         warm = self._curve_time("elementwise", "add", "fp32", moved, moved, threads)
         if cold is None or warm is None:

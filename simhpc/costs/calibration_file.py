@@ -11,7 +11,7 @@ A JSON object::
      "derived": {"clock_hz", "vector_bits", "fma_units", "peak_flops_per_core": {dtype: FLOP/s},
                  "memory_bandwidth", "core_bandwidth", "memory_latency", "max_outstanding_misses",
                  "cache_latency": {"L1D": s, ...}},
-     "kernels": {"gemm": [rows], "elementwise": [...], "reduction": [...], "bandwidth": [...],
+     "kernels": {"gemm": [rows], "gemm_cold": [...], "elementwise": [...], "reduction": [...], "bandwidth": [...],
                  "permute": [...], "conv": [...], "framework": [...], "latency": [...], "stencil": [...],
                  "hash_probe": [...]}}
 
@@ -65,6 +65,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "reduction": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
     "bandwidth": {"op": str, "threads": int, "bytes": int, "time_s": float},
     "permute": {"dtype": str, "threads": int, "run": int, "bytes": int, "time_s": float},
+    "gemm_cold": {"dtype": str, "threads": int, "m": int, "n": int, "k": int, "time_s": float, "warm_s": float},
     "conv": {"dtype": str, "threads": int, "direction": str, "m": int, "n": int, "k": int, "passes": int,
              "time_s": float},
     "framework": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
@@ -272,6 +273,15 @@ def _median(values: list[float], default: float) -> float:
     return statistics.median(values) if values else default
 
 
+def _past_caches(rows: list[dict[str, Any]], llc: float) -> list[dict[str, Any]]:
+    """The rows measured at working sets of at least twice ``llc`` bytes, else those at the largest."""
+    beyond = [row for row in rows if row["bytes"] >= 2 * llc]
+    if beyond or not rows:
+        return beyond
+    largest = max(row["bytes"] for row in rows)
+    return [row for row in rows if row["bytes"] == largest]
+
+
 def _chase_latency_at(rows: list[dict[str, Any]], size: float) -> float:
     """The pointer-chase latency at ``size`` bytes (log-log interpolation, clamped)."""
     points = sorted((row["bytes"], row["latency_s"]) for row in rows)
@@ -286,8 +296,10 @@ def derive(host: HostFacts, kernels: Mapping[str, list[dict[str, Any]]], probes:
     Clock: the dependent-add probe (falls back to the OS's figure). FMA units: the vector FMA
     probe's FLOP/cycle over (lanes x 2), rounded, 1..4 (2 if the probe is missing: the usual
     count for AVX2 and AVX-512 server cores). DRAM bandwidth: median STREAM rate at working sets
-    of at least twice the last-level cache, all threads (``core_bandwidth``: one thread).
-    Latencies: the pointer chase at half of each cache's size and past twice the LLC. The
+    of at least twice the last-level cache, all threads (``core_bandwidth``: one thread), or at the
+    largest measured one where the LLC the OS reports is the whole socket's (a 2-core guest of a
+    480 MiB-L3 Xeon: its share is far smaller, and 256 MiB streams from DRAM). Latencies: the
+    pointer chase at half of each cache's size and past twice the LLC (or its largest size). The
     outstanding-miss count is what makes one core's modelled bandwidth equal the measured one
     (Little's law: misses x 64 B / latency).
     """
@@ -301,11 +313,11 @@ def derive(host: HostFacts, kernels: Mapping[str, list[dict[str, Any]]], probes:
     llc = host.last_level_cache
     bandwidth = kernels.get("bandwidth", [])
     threads = max((row["threads"] for row in bandwidth), default=1)
-    big = [row for row in bandwidth if row["bytes"] >= 2 * llc]
+    big = _past_caches(bandwidth, llc)
     memory_bandwidth = _median([r["bytes"] / r["time_s"] for r in big if r["threads"] == threads], 10e9)
     core_bandwidth = _median([r["bytes"] / r["time_s"] for r in big if r["threads"] == 1], memory_bandwidth)
     chase = kernels.get("latency", [])
-    memory_latency = _median([r["latency_s"] for r in chase if r["bytes"] >= 2 * llc], 100e-9)
+    memory_latency = _median([r["latency_s"] for r in _past_caches(chase, llc)], 100e-9)
     cache_latency = {cache.name: _chase_latency_at(chase, cache.size / 2) for cache in host.caches} if chase else {}
     peaks = {
         dtype: clock * max(1, vector_bits // bits) * fma_units * 2

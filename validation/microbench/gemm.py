@@ -24,12 +24,14 @@ layer's forward), against 66 in fp32; a trace under ``torch.autocast`` is predic
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
-from .timing import Budget, measure_python
+from .streams import FLUSH_BYTES
+from .timing import Budget, measure_cold, measure_python
 
 DTYPES = {"fp32": np.float32, "fp64": np.float64}
 GRID = (16, 64, 256, 1024, 4096)
@@ -97,6 +99,57 @@ def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
                     if dims[0] * dims[1] * dims[2] <= LAYOUT_MAX_MNK:
                         found.append((*dims, layout))  # type: ignore[arg-type]
     return found
+
+
+COLD_SQUARES = (32, 128, 512, 1024)
+COLD_NARROW = (4, 16)
+COLD_WIDE = ((64, 4096), (512, 512))
+
+
+def cold_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the torch fp32 products also timed cold (single calls after a cache
+    flush): squares, and one narrow dimension in every position and layout with two wide pairs."""
+    if quick:
+        return [(64, 16, 512, "nn")]
+    found = [(s, s, s, "nn") for s in COLD_SQUARES]
+    for layout in ("nn", *LAYOUTS):
+        for narrow in COLD_NARROW:
+            for position in range(3):
+                for wide in COLD_WIDE:
+                    dims = list(wide)
+                    dims.insert(position, narrow)
+                    found.append((*dims, layout))  # type: ignore[arg-type]
+    return found
+
+
+def _torch_flush() -> Callable[[], object]:
+    """Evict the caches as :func:`~.streams.flush_caches` does, but through torch's intra-op pool: its
+    threads are then awake when the product starts, as they are between the ops of a training step
+    (after numpy's single-threaded flush, waking them added 100-200 us to a 2-thread product here)."""
+    import torch
+
+    buffer = torch.empty(FLUSH_BYTES // 4)
+    return lambda: buffer.fill_(1.0)
+
+
+def measure_gemm_cold(m: int, n: int, k: int, layout: str, threads: int, budget: Budget) -> dict:
+    """A torch fp32 product timed both ways: repeated calls (``warm_s``, as :func:`measure_gemm`)
+    and single calls each after a cache flush (``time_s``), the state of a product's
+    operands, and of the BLAS's own buffers, inside a training step. The difference is what
+    ``simhpc compare`` charges a product on top of its warm time."""
+    a, b = _operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1)
+    call = _torch_call(a, b, np.empty((m, n), dtype=np.float32), layout)
+
+    def once(reps: int) -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    with torch_threads(threads):
+        warm = measure_python(call, budget)
+        cold = measure_cold(once, _torch_flush(), budget)
+    return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
+            "layout": layout, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
 
 
 def dtypes(blas: str) -> tuple[str, ...]:
