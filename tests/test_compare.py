@@ -524,72 +524,96 @@ def _capture(name: str) -> Path:
 TARGET_PCT = 15.0
 """The issue's target on traces captured right after calibrating: |step error| and GEMM MAPE at most 15 %."""
 
+MACHINES = {  # reference machine -> (its captures, the calibration taken right before them)
+    "xeon": (CAPTURES, CALIBRATION),
+    "epyc-zen3": (CAPTURES / "epyc-zen3", ROOT / "validation" / "calibration" / "epyc-zen3.json"),
+}
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    "cnn_t1": (0.3, 18.9),
-    "cnn_t2": (3.5, 19.4),
-    "mlp_t1": (0.5, 3.7),
-    "mlp_t2": (-7.5, 9.2),
-    "transformer_flash_t1": (-6.4, 9.4),
-    "transformer_flash_t2": (1.4, 6.4),
-    "transformer_t1": (-5.5, 7.1),
-    "transformer_t2": (1.3, 6.5),
-    "mlp_bf16_t1": (19.1, 14.5),  # bf16 autocast: an extra model, its 16-bit points measured a session later
-    "mlp_bf16_t2": (9.5, 15.9),
+    ("xeon", "cnn_t1"): (-3.5, 23.3),
+    ("xeon", "cnn_t2"): (-2.0, 58.7),
+    ("xeon", "mlp_t1"): (-4.1, 4.4),
+    ("xeon", "mlp_t2"): (-4.4, 9.8),
+    ("xeon", "transformer_flash_t1"): (-11.5, 8.3),
+    ("xeon", "transformer_flash_t2"): (-8.6, 14.7),
+    ("xeon", "transformer_t1"): (-8.4, 10.4),
+    ("xeon", "transformer_t2"): (-5.6, 18.3),
+    ("epyc-zen3", "cnn_t1"): (0.3, 18.9),
+    ("epyc-zen3", "cnn_t2"): (3.5, 19.4),
+    ("epyc-zen3", "mlp_t1"): (0.5, 3.7),
+    ("epyc-zen3", "mlp_t2"): (-7.5, 9.2),
+    ("epyc-zen3", "transformer_flash_t1"): (-6.4, 9.4),
+    ("epyc-zen3", "transformer_flash_t2"): (1.4, 6.4),
+    ("epyc-zen3", "transformer_t1"): (-5.5, 7.1),
+    ("epyc-zen3", "transformer_t2"): (1.3, 6.5),
+    # bf16 autocast: an extra model, its 16-bit points measured a session later
+    ("epyc-zen3", "mlp_bf16_t1"): (19.1, 14.5),
+    ("epyc-zen3", "mlp_bf16_t2"): (9.5, 15.9),
     # an extra model with 51 MB activations, written into freshly mapped memory every step (its three
     # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
-    "cnn224_t1": (0.7, 86.9),
-    "cnn224_t2": (-22.9, 89.2),
+    ("epyc-zen3", "cnn224_t1"): (0.7, 86.9),
+    ("epyc-zen3", "cnn224_t2"): (-22.9, 89.2),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""
-_TINY = ("the classifier's three 0.15-0.25 ms products run about 20 % slower inside a training step than "
-         "in the calibration's loop (forward, input and weight gradient alike, at 1 and 2 threads)")
+_TINY = ("the classifier's three 0.05-0.25 ms products: in the forward its weight comes from DRAM after the "
+         "convolutions, in the backward its operands are still in cache from the forward; the model charges "
+         "every product the same measured cold-call time")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
-    "cnn_t1": "GEMM MAPE 19 %: " + _TINY,
-    "cnn_t2": "GEMM MAPE 19 %: " + _TINY,
+    ("xeon", "cnn_t1"): "GEMM MAPE 23 %: " + _TINY,
+    ("xeon", "cnn_t2"): "GEMM MAPE 59 %: " + _TINY,
+    ("xeon", "transformer_t2"): "GEMM MAPE 18 %: its 2-thread products ran 5-36 % slower than the calibration's",
+    ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
+    ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
 }
-_SUMMARIES: dict[str, dict] = {}
+_SUMMARIES: dict[tuple[str, str], dict] = {}
 
 
-def _summary(name: str, outdir: Path) -> dict:
-    """``simhpc compare --json`` of a committed capture against the committed calibration (once per capture)."""
-    if name not in _SUMMARIES:
+def _summary(machine: str, name: str, outdir: Path) -> dict:
+    """``simhpc compare --json`` of a committed capture against its machine's calibration (once per capture)."""
+    if (machine, name) not in _SUMMARIES:
+        captures, calibration = MACHINES[machine]
+        trace = next(captures.glob(f"{name}.json*"))
         result = CliRunner().invoke(
-            main, ["compare", str(_capture(name)), "--calibration", str(CALIBRATION), "--json", "-o", str(outdir)]
+            main, ["compare", str(trace), "--calibration", str(calibration), "--json", "-o", str(outdir)]
         )
         assert result.exit_code == 0, result.output
-        _SUMMARIES[name] = json.loads(result.stdout)
+        _SUMMARIES[(machine, name)] = json.loads(result.stdout)
         assert (outdir / "predicted_vs_measured.png").stat().st_size > 1000
-        assert (outdir / "ops.csv").read_text().count("\n") == _SUMMARIES[name]["ops_total"] + 1
-    return _SUMMARIES[name]
+        assert (outdir / "ops.csv").read_text().count("\n") == _SUMMARIES[(machine, name)]["ops_total"] + 1
+    return _SUMMARIES[(machine, name)]
 
 
-@pytest.mark.parametrize("name", sorted(MEASURED))
-def test_committed_captures_against_the_committed_calibration(name: str, tmp_path: Path) -> None:
+def _ids(key: tuple[str, str]) -> str:
+    return "/".join(key)
+
+
+@pytest.mark.parametrize("key", sorted(MEASURED), ids=_ids)
+def test_committed_captures_against_the_committed_calibration(key: tuple[str, str], tmp_path: Path) -> None:
     """The figures of validation/README.md, as a regression guard of the cost model.
 
     GEMMs are predicted from the calibration's torch points (the BLAS PyTorch multiplies with).
     A change to the model that moves these figures must update them there.
     """
-    summary = _summary(name, tmp_path)
+    summary = _summary(*key, tmp_path)
     assert summary["blas"] == "torch"
     assert summary["ops_total"] >= summary["ops_modelled"] > 0.95 * summary["ops_total"]
-    step, gemm = MEASURED[name]
+    step, gemm = MEASURED[key]
     assert summary["step_error_pct"] == pytest.approx(step, abs=0.1)
     assert summary["gemm_mape_pct"] == pytest.approx(gemm, abs=0.1)
 
 
 @pytest.mark.parametrize(
-    "name",
+    "key",
     [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MISSES[name])) if name in MISSES else name
-        for name in sorted(MEASURED)
-        if name.rsplit("_t", 1)[0] in ISSUE_MODELS
+        pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=MISSES[key])) if key in MISSES else key
+        for key in sorted(MEASURED)
+        if key[1].rsplit("_t", 1)[0] in ISSUE_MODELS
     ],
+    ids=_ids,
 )
-def test_issue_target(name: str, tmp_path: Path) -> None:
+def test_issue_target(key: tuple[str, str], tmp_path: Path) -> None:
     """Step-time error and GEMM MAPE within 15 % (the issue's target); the misses are xfail, with the reason."""
-    summary = _summary(name, tmp_path)
+    summary = _summary(*key, tmp_path)
     assert abs(summary["step_error_pct"]) <= TARGET_PCT
     assert summary["gemm_mape_pct"] <= TARGET_PCT
 
