@@ -148,14 +148,15 @@ ATTENTION_BLOCK = 16 << 10
 scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
+
 def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[float, float]]:
     """Threads -> (seconds, seconds per byte): the least-relative-squares non-negative fit of
     ``seconds + bytes x seconds per byte`` to the ``gemm_cold`` points' cold-less-warm times."""
     points: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.get("blas", "torch") == blas:
-            moved = 4.0 * row.get("batch", 1) * (row["m"] * row["k"] + row["k"] * row["n"] + row["m"] * row["n"])
-            points[row["threads"]].append((moved, row["time_s"] - row["warm_s"]))
+            product = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row.get("batch", 1))
+            points[row["threads"]].append((product.bytes(), row["time_s"] - row["warm_s"]))
     fits = {}
     for threads, measured in sorted(points.items()):
         kept = [(moved, extra) for moved, extra in measured if extra > 0]

@@ -15,6 +15,9 @@ shapes of ``validation/papers/deepmd_sve.md``; and batched products (attention-l
 multiplies untransposed operands (``nn``) except the torch layout points: narrow products with a
 transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels differ up to 10x.
 
+**Cold products** (torch fp32, :func:`cold_shapes`, section ``gemm_cold``): each timed in a loop
+and as single calls after a cache flush, the state of a product inside a training step.
+
 **16-bit products** (torch only, one round): bf16 and fp16 on a coarse grid in the three layouts
 a training step uses. Without AVX512-BF16/FP16 or AMX, PyTorch multiplies them in fallback
 kernels: 1.3 GFLOP/s for a bf16 64 x 512 x 256 ``nn`` product here, 6-7.5 ``nt`` (a linear
@@ -23,6 +26,7 @@ layer's forward), against 66 in fp32; a trace under ``torch.autocast`` is predic
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +126,7 @@ def cold_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
     return found
 
 
+@functools.cache
 def _torch_flush() -> Callable[[], object]:
     """Evict the caches as :func:`~.streams.flush_caches` does, but through torch's intra-op pool: its
     threads are then awake when the product starts, as they are between the ops of a training step
