@@ -943,3 +943,13 @@ def test_clock_probe_is_not_fooled_by_folded_adds() -> None:
     except Exception as error:  # no C compiler: nothing to measure
         pytest.skip(f"native kernels unavailable: {error}")
     assert 0.5e9 < clock < 6.5e9
+
+
+def test_busy_check_takes_the_median_of_several_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task runnable in one snapshot of a quiet machine does not make it busy; one in most does."""
+    from simhpc.cli import calibrate_cmd
+
+    for readings, expected in (([3, 0, 0, 0, 0], 0), ([2, 2, 0, 2, 1], 2)):
+        sequence = iter(readings)
+        monkeypatch.setattr(calibrate_cmd, "_runnable_now", lambda: next(sequence))
+        assert calibrate_cmd._other_runnable(samples=len(readings), interval_s=0.0) == expected

@@ -27,8 +27,8 @@ DEADLINE_S = 170.0
 GEMMs' second-round repeats, measured last, are dropped when time runs short."""
 
 
-def _other_runnable() -> int:
-    """Runnable tasks other than this one, now (``procs_running`` of /proc/stat; 0 if unknown)."""
+def _runnable_now() -> int:
+    """Runnable tasks other than this one (``procs_running`` of /proc/stat; 0 if unknown)."""
     try:
         for line in Path("/proc/stat").read_text(encoding="utf-8").splitlines():
             if line.startswith("procs_running"):
@@ -36,6 +36,17 @@ def _other_runnable() -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _other_runnable(samples: int = 9, interval_s: float = 0.02) -> int:
+    """Runnable tasks other than this one: the median of a few snapshots over ``samples x
+    interval_s`` (one snapshot often catches a short-lived task of a quiet machine)."""
+    counts = []
+    for i in range(samples):
+        if i:
+            time.sleep(interval_s)
+        counts.append(_runnable_now())
+    return sorted(counts)[len(counts) // 2]
 
 
 def _write(data: dict[str, Any], output: Path) -> None:
