@@ -951,5 +951,5 @@ def test_busy_check_takes_the_median_of_several_snapshots(monkeypatch: pytest.Mo
 
     for readings, expected in (([3, 0, 0, 0, 0], 0), ([2, 2, 0, 2, 1], 2)):
         sequence = iter(readings)
-        monkeypatch.setattr(calibrate_cmd, "_runnable_now", lambda: next(sequence))
+        monkeypatch.setattr(calibrate_cmd, "_runnable_now", lambda sequence=sequence: next(sequence))
         assert calibrate_cmd._other_runnable(samples=len(readings), interval_s=0.0) == expected
