@@ -150,13 +150,16 @@ class Network:
         return self.topology.route(src, dst)
 
     def _analytic(self, route: Route, nbytes: float, duration: float) -> simpy.Event:
-        """An analytic transfer over a non-empty route: account its bytes, time it."""
+        """An analytic transfer over a non-empty route: time it; its bytes count when it completes
+        (as in flow mode: a run stopped mid-transfer does not count bytes the links never carried)."""
         env = self.sim.env
+        done = env.timeout(duration)
         if nbytes > 0:
-            self.accounting.carried(route.path, nbytes)
+            path = route.path
+            done.callbacks.append(lambda _: self.accounting.carried(path, nbytes))  # before any waiter's
             if self.accounting.record:
-                self.accounting.busy(route.path, env.now, env.now + duration)
-        return env.timeout(duration)
+                self.accounting.busy(path, env.now, env.now + duration)
+        return done
 
     def active_flows(self) -> list[ActiveFlow]:
         """Flows draining now, in start order (flow mode; empty in analytic mode)."""
@@ -164,7 +167,7 @@ class Network:
 
     @property
     def link_bytes(self) -> np.ndarray:
-        """Bytes carried by each link so far (flow mode: of completed flows), by link index."""
+        """Bytes carried by each link so far (of completed transfers), by link index."""
         return self.accounting.bytes
 
     def link_utilisation(self, makespan: float | None = None) -> np.ndarray:
