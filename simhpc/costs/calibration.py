@@ -25,8 +25,8 @@
   points (single calls after a cache flush) give its bytes: a framework op inside a training
   step finds its operands out of cache. A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
-  BLAS's code and buffers, plus its bytes over a bandwidth; 71-76 us a call and up to 27 us
-  per MB on the 2-core Xeon reference, twice a 64 x 4096 x 10 product's warm time); a calibration
+  BLAS's code and buffers, plus its bytes over a bandwidth; 41-72 us a call plus 16-26 us
+  per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's warm time); a calibration
   without them charges its bytes on the cold ``add`` curve less the same bytes on the warm one.
   A recurrent layer's per-step products run back to back on the same weights and do not pay it.
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
