@@ -191,3 +191,20 @@ def test_bad_references_name_their_field(path, value, where):
     with pytest.raises(ScenarioError) as error:
         scenario_from_dict(scenario(**{path: value}), "tiny.yaml")
     assert error.value.path == where
+
+
+@pytest.mark.parametrize("policy", ["torchsnapshot", "checkfreq"])
+def test_storage_holds_the_newest_complete_version_and_the_one_being_written(policy):
+    """A version is deleted once a newer one is complete: a node's storage never holds more than two
+    of its snapshots, and at least one whole one."""
+    ckpt = run(policy)["workload"]["checkpoint"]
+    snapshot = 4 * ckpt["state_bytes_per_gpu"]  # a node's 4 GPUs, on its own storage server
+    assert ckpt["versions_persisted"] >= 3
+    assert snapshot <= ckpt["storage_peak_bytes"] <= 2 * snapshot * (1 + 1e-12)
+
+
+def test_storage_too_small_for_a_snapshot_is_a_simulated_oom():
+    small = {"bandwidth": "2 GB/s", "latency": "1 ms", "capacity": "1 GiB"}
+    summary = run("torchsnapshot", **{"hardware.storage": {"slow-pfs": small}})
+    assert summary["status"] == "oom"
+    assert summary["error"]["device"] == "storage.n0.slow-pfs"

@@ -145,6 +145,7 @@ class CheckpointStore:
         self._wiped.add(node)
         if self.storage and self.storage[node].spec.local:  # its part of every snapshot went with it
             self.persisted = None
+            self.storage[node].wipe()
         # The abandoned writes never complete a version: the next snapshot need not wait.
         self.persist_idle = self.sim.event().succeed()
 
@@ -298,8 +299,9 @@ class CheckpointRun:
         store = self.store
         nbytes = store.gpus * self.plan.nbytes
         try:
-            yield from store.storage[node].write(nbytes, f"n{node} v{self.version}")
-        except simpy.Interrupt:  # abandoned at a failure: the write stops, its memory is freed
+            yield from store.storage[node].write(nbytes, self.version, f"n{node} v{self.version}")
+        except simpy.Interrupt:  # abandoned at a failure: the write stops, its memory and file are freed
+            store.storage[node].discard(self.version, nbytes)
             return
         self.moved["storage"] += nbytes
         if nbytes:
@@ -325,6 +327,8 @@ class CheckpointRun:
             store.commit_memory(self.version, self.peers, self.reserved)
         else:
             store.persisted = self.version
+            for server in {id(server): server for server in store.storage}.values():
+                server.retire(self.version)
         store.ledger.completed.append({
             "version": self.version,
             "target": plan.target,

@@ -1,6 +1,8 @@
 """Persistent storage as a bandwidth server: writes and reads queue and drain one at a time.
 
-A request interrupted (a failure gave it up) leaves the queue or stops where it is. A node-local
+A request interrupted (a failure gave it up) leaves the queue or stops where it is. Written
+versions occupy the device's capacity (a write that would not fit is a simulated out-of-memory of
+``storage.<name>``) until a newer version is complete, or, half-written, until given up. A node-local
 device (NVMe) gets one server per node; a shared file system (``shared: true``
 in the catalog) one server for the whole cluster, so nodes writing at once share its
 bandwidth. Serving requests in order at full bandwidth finishes a batch of requests at the
@@ -17,6 +19,7 @@ from typing import Any
 import simpy
 
 from simhpc.engine import Simulation
+from simhpc.hardware.devices import MemoryAccount
 from simhpc.hardware.specs import StorageSpec
 
 
@@ -37,6 +40,10 @@ class Storage:
         self._track = sim.trace.track(f"storage.{name}", "io")
         self.bytes_written = 0.0
         self.bytes_read = 0.0
+        self.space = MemoryAccount(sim, f"storage.{name}", spec.capacity)
+        """Bytes of the checkpoint versions it holds, against its capacity."""
+        self._held: dict[int, float] = {}
+        """Version -> bytes of it stored here (written or being written)."""
 
     def _serve(self, op: str, nbytes: float, label: str) -> Generator[Any, Any, float]:
         """Queue, then hold the server for the request; an interrupt (a failure gave the write or
@@ -53,11 +60,32 @@ class Storage:
             self._track.span(name, start, self.sim.now, "storage", {"bytes": nbytes})
         return self.sim.now
 
-    def write(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
-        """Write ``nbytes`` (``yield from``); returns the completion time."""
+    def write(self, nbytes: float, version: int, label: str = "") -> Generator[Any, Any, float]:
+        """Write ``nbytes`` of checkpoint ``version`` (``yield from``); returns the completion time.
+        Its space is taken when the write is issued (raises SimulatedOOM if it does not fit)."""
+        self.space.allocate(nbytes, f"checkpoint v{version} ({label or self.name})")
+        self._held[version] = self._held.get(version, 0.0) + nbytes
         done = yield from self._serve("write", nbytes, label)
         self.bytes_written += nbytes
         return done
+
+    def discard(self, version: int, nbytes: float) -> None:
+        """Drop ``nbytes`` of ``version`` (a write given up, or the device lost)."""
+        nbytes = min(nbytes, self._held.get(version, 0.0))
+        self._held[version] = self._held.get(version, 0.0) - nbytes
+        if self._held[version] <= 0.0:
+            del self._held[version]
+        self.space.free(min(nbytes, self.space.used))
+
+    def retire(self, older_than: int) -> None:
+        """``older_than`` is complete: every older version stored here is deleted."""
+        for version in [v for v in self._held if v < older_than]:
+            self.discard(version, self._held[version])
+
+    def wipe(self) -> None:
+        """The device was lost with its node: it holds nothing."""
+        for version in list(self._held):
+            self.discard(version, self._held[version])
 
     def read(self, nbytes: float, label: str = "") -> Generator[Any, Any, float]:
         """Read ``nbytes`` (``yield from``); returns the completion time."""

@@ -64,6 +64,7 @@ def summarise(workload: Any) -> dict[str, Any]:
             "host_memory_bytes": workload.node_spec.host_memory,
             "host_peak_bytes": max((h.memory.peak for h in workload.hosts), default=0.0),
             "gpu_peak_bytes": max((g.memory.peak for g in workload.gpus), default=0.0),
+            "storage_peak_bytes": max((d.space.peak for d in store.storage), default=0.0),
             "policy": workload.policy.stats(),
             "versions": ledger.completed,
         },
