@@ -682,6 +682,40 @@ def test_transposed_products_use_the_points_of_their_layout(tmp_path: Path) -> N
         validate(data, "bad.json")
 
 
+def test_interleaved_products_use_their_own_points_else_their_layouts(tmp_path: Path) -> None:
+    """Batched products with interleaved operands are timed from points measured so; an
+    interleaving the calibration did not measure falls back to the points of the layout."""
+    data = synthetic()
+    batched = [dict(row, layout="nt", interleaved="ab", time_s=row["time_s"] * 1.25)
+               for row in data["kernels"]["gemm"] if row["dtype"] == "fp32"]
+    data["kernels"]["gemm"] += batched
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "interleaved.json", data), gemm_method="linear")
+    plain = Gemm(dtype="fp32", m=256, n=256, k=64, batch=1, layout="nt")
+    both = dataclasses.replace(plain, interleaved="ab")
+    assert efficiency.gemm_fraction(both, 4) == pytest.approx(efficiency.gemm_fraction(plain, 4) / 1.25, rel=1e-6)
+    unmeasured = dataclasses.replace(plain, interleaved="b")
+    assert efficiency.gemm_fraction(unmeasured, 4) == efficiency.gemm_fraction(plain, 4)
+    data["kernels"]["gemm"][-1]["interleaved"] = "c"
+    with pytest.raises(CalibrationError, match=r"kernels\.gemm\.\d+\.interleaved"):
+        validate(data, "bad.json")
+
+
+def test_microbench_interleaved_operands_have_attention_strides() -> None:
+    """The microbenchmark's interleaved operands are the views a multi-head attention multiplies."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from simhpc.costs.benchsuite import load_submodule
+
+    gemm = load_submodule("gemm")
+    a, b = np.ones((64, 128, 64), np.float32), np.ones((64, 64, 128), np.float32)
+    call = gemm._torch_call(a, b, np.empty((64, 128, 128), np.float32), "nt", None, "ab")
+    operands = call.__closure__  # the lambda's (ta, tb, tc)
+    strides = sorted(cell.cell_contents.stride() for cell in operands if hasattr(cell.cell_contents, "stride"))
+    assert (64, 1, 4096) in strides and (64, 4096, 1) in strides
+    assert float(call()[0, 0, 0]) == 64.0
+
+
 def test_merge_keeps_each_points_fastest_measurement(tmp_path: Path) -> None:
     fast, slow = synthetic(), synthetic()
     for row in slow["kernels"]["gemm"][::2] + slow["kernels"]["bandwidth"]:

@@ -149,6 +149,11 @@ scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
 
+def surface_key(layout: str, interleaved: str) -> str:
+    """The GEMM surface of products of ``layout`` whose ``interleaved`` operands interleave."""
+    return f"{layout}+{interleaved}" if interleaved else layout
+
+
 def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[float, float]]:
     """Threads -> (seconds, seconds per byte): the least-relative-squares non-negative fit of
     ``seconds + bytes x seconds per byte`` to the ``gemm_cold`` points' cold-less-warm times."""
@@ -226,7 +231,8 @@ class CalibratedEfficiency:
         groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("gemm"):
             if row.get("blas", "numpy") == self.blas:
-                groups[(row["dtype"], row["threads"], row.get("layout", "nn"))].append(row)
+                groups[(row["dtype"], row["threads"], surface_key(row.get("layout", "nn"), row.get("interleaved", "")))
+                       ].append(row)
         for (dtype, threads, layout), rows in sorted(groups.items()):
             wide_own = any(min(r["m"], r["n"], r["k"]) >= WIDE for r in rows)
             if layout != "nn" and not wide_own:  # measured narrow only: wide products differ little by layout
@@ -311,7 +317,8 @@ class CalibratedEfficiency:
         """Measured fraction of the host's peak a GEMM reaches on ``threads`` cores (None: no points).
 
         A product with transposed operands uses the points of its ``layout`` when the calibration
-        has them (with the ``nn`` points of products at least ``WIDE`` in every dimension). A
+        has them (with the ``nn`` points of products at least ``WIDE`` in every dimension); a
+        batched one with interleaved operands those of its layout and interleaving first. A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
         grouped (depthwise) or not, 1-D or not and strided or not like the kernel (else the
         nearest class's: grouping first, then dimensionality), else the GEMM points; a
@@ -327,6 +334,8 @@ class CalibratedEfficiency:
             if all(parts):  # the same work per pass: the time of both is 1/f_input + 1/f_weight
                 return 2.0 / sum(1.0 / f for f in parts)  # type: ignore[operator]
         candidates = [self._gemm.get(kernel.layout, {}), self._gemm.get("nn", {})]
+        if kernel.interleaved:
+            candidates.insert(0, self._gemm.get(surface_key(kernel.layout, kernel.interleaved), {}))
         if kernel.conv:
             strided, grouped = kernel.stride > 1, kernel.groups > 1
             passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)

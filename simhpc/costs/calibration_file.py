@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from simhpc import __version__
-from simhpc.costs.kernels import LAYOUTS
+from simhpc.costs.kernels import INTERLEAVED, LAYOUTS
 from simhpc.errors import SimhpcError
 from simhpc.hardware.catalog import Catalog, CatalogError
 from simhpc.hardware.host import (
@@ -216,6 +216,13 @@ def validate(data: Any, source: str) -> Calibration:
                     source,
                     f"kernels.gemm.{i}.layout",
                     f"unknown operand layout {row.get('layout')!r} (known: {', '.join(LAYOUTS)})",
+                )
+            if section == "gemm" and row.get("interleaved", "") not in INTERLEAVED:
+                raise _fail(
+                    source,
+                    f"kernels.gemm.{i}.interleaved",
+                    f"unknown interleaved operands {row.get('interleaved')!r} "
+                    f"(known: {', '.join(map(repr, INTERLEAVED))})",
                 )
             if section == "gemm" and row.get("blas", "numpy") not in GEMM_BACKENDS:
                 raise _fail(

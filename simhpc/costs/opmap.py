@@ -418,13 +418,22 @@ def _transposed(shape: list[int], strides: Any) -> bool:
     return shape[-1] > 1 and shape[-2] > 1 and strides[-2] == 1 and strides[-1] != 1
 
 
-def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | None) -> str:
-    """A product's operand layout (``nn``, ``nt``, ``tn``, ``tt``) from its recorded strides; a leaf
-    ``linear`` multiplies by its transposed weight. ``nn`` when strides were not recorded."""
+def _interleaved(shape: list[int], strides: Any) -> bool:
+    """Whether a batched operand's matrices interleave in memory: its batch stride is smaller than
+    a matrix (heads sliced out of one projection's output)."""
+    if len(shape) != 3 or shape[0] < 2 or not isinstance(strides, list) or len(strides) != 3:
+        return False
+    return 0 < strides[0] < shape[1] * shape[2]
+
+
+def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | None) -> tuple[str, str]:
+    """A product's operand layout (``nn``, ``nt``, ``tn``, ``tt``) and its interleaved operands
+    (``""``, ``a``, ``b``, ``ab``) from its recorded strides; a leaf ``linear`` multiplies by its
+    transposed weight. ``nn`` and none when strides were not recorded."""
     if op == "linear":
-        return "nt"
+        return "nt", ""
     if not strides or op not in ("mm", "bmm", *ADDED_TERM_FIRST):
-        return "nn"
+        return "nn", ""
     operands = [
         (shape, strides[i] if i < len(strides) else None)
         for i, shape in enumerate(shapes)
@@ -433,8 +442,9 @@ def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | 
     if op in ADDED_TERM_FIRST:
         operands = operands[1:]
     if len(operands) < 2:
-        return "nn"
-    return "".join("t" if _transposed(shape, stride) else "n" for shape, stride in operands[:2])
+        return "nn", ""
+    layout = "".join("t" if _transposed(shape, stride) else "n" for shape, stride in operands[:2])
+    return layout, "".join(name for name, (shape, stride) in zip("ab", operands) if _interleaved(shape, stride))
 
 
 def _per_axis(values: list[int], axis: int) -> int:
@@ -582,9 +592,9 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
     """:func:`kernel_for`'s descriptor once the op's tensors are known to be well-formed."""
     if kind == "gemm":
         found = _gemm(op, tensors)
-        layout = _layout(op, shapes, dtypes, strides)
-        if isinstance(found.kernel, Gemm) and layout != "nn":
-            return OpKernel(dataclasses.replace(found.kernel, layout=layout))
+        layout, interleaved = _layout(op, shapes, dtypes, strides)
+        if isinstance(found.kernel, Gemm) and (layout, interleaved) != ("nn", ""):
+            return OpKernel(dataclasses.replace(found.kernel, layout=layout, interleaved=interleaved))
         return found
     if kind == "conv":
         return _conv(op, tensors, concrete)

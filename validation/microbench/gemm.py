@@ -15,6 +15,9 @@ shapes of ``validation/papers/deepmd_sve.md``; and batched products (attention-l
 multiplies untransposed operands (``nn``) except the torch layout points: narrow products with a
 transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels differ up to 10x.
 
+**Interleaved batched products** (torch fp32, :func:`interleaved_shapes`, one round): the batched
+shapes with the operands of multi-head attention stored as views of one projection's output.
+
 **Cold products** (torch fp32, :func:`cold_shapes`, section ``gemm_cold``): each timed in a loop
 and as single calls after a cache flush, the state of a product inside a training step.
 
@@ -103,6 +106,20 @@ def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
                     if dims[0] * dims[1] * dims[2] <= LAYOUT_MAX_MNK:
                         found.append((*dims, layout))  # type: ignore[arg-type]
     return found
+
+
+INTERLEAVED_PATTERNS = (("nt", "ab"), ("nn", "b"), ("tn", "b"), ("tn", "a"))
+"""(layout, interleaved operands) of a multi-head attention's batched products when its heads are
+views of one projection's output: ``Q K^T`` (both), ``P V`` and the query gradient (``V``, ``K``),
+the key and value gradients (one transposed operand each)."""
+
+
+def interleaved_shapes(quick: bool = False) -> list[tuple[int, int, int, int, str, str]]:
+    """(batch, m, n, k, layout, interleaved) of the torch fp32 points with interleaved operands:
+    the batched (attention-like) shapes in every pattern of :data:`INTERLEAVED_PATTERNS`."""
+    shapes = [(8, 64, 64, 64)] if quick else list(BATCHED)
+    patterns = INTERLEAVED_PATTERNS[:1] if quick else INTERLEAVED_PATTERNS
+    return [(*shape, layout, which) for layout, which in patterns for shape in shapes]
 
 
 COLD_SQUARES = (32, 128, 512, 1024)
@@ -223,25 +240,30 @@ def torch_threads(threads: int) -> Iterator[None]:
 
 
 def _torch_call(
-    a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn", dtype: str | None = None
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn", dtype: str | None = None, interleaved: str = ""
 ) -> Callable[[], object]:
     """``torch.mm``/``torch.bmm`` into an output from torch's allocator: into a numpy-allocated one,
     MKL took twice as long here for a 2048 x 1024 fp32 output (29 against 15 ms, 1 thread).
     ``layout``: a ``t`` operand is the transposed view of a contiguous copy of its transpose.
-    ``dtype``: a 16-bit type the operands are converted to (``bf16``, ``fp16``)."""
+    ``dtype``: a 16-bit type the operands are converted to (``bf16``, ``fp16``). ``interleaved``:
+    the batched operands (``a``, ``b``) stored with the batch inside each row, as attention heads
+    sliced from one projection's output (a ``[b, r, c]`` view of an ``[r, b, c]`` array)."""
     import torch
 
     to = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype or "")
 
-    def stored(x: np.ndarray, transposed: str) -> torch.Tensor:
-        if transposed == "t":
-            x = np.ascontiguousarray(x.swapaxes(-1, -2))
-        tensor = torch.from_numpy(x).clone()
-        if to is not None:
-            tensor = tensor.to(to)
-        return tensor.transpose(-1, -2) if transposed == "t" else tensor
+    def stored(x: np.ndarray, transposed: str, interleave: bool) -> torch.Tensor:
+        order = (2, 0, 1) if transposed == "t" else (1, 0, 2)  # the array as laid out in memory
+        if interleave:
+            tensor = torch.from_numpy(np.ascontiguousarray(x.transpose(order))).clone()
+            tensor = tensor.permute(*np.argsort(order).tolist())
+        elif transposed == "t":
+            tensor = torch.from_numpy(np.ascontiguousarray(x.swapaxes(-1, -2))).clone().transpose(-1, -2)
+        else:
+            tensor = torch.from_numpy(x).clone()
+        return tensor if to is None else tensor.to(to)
 
-    ta, tb = stored(a, layout[0]), stored(b, layout[1])
+    ta, tb = stored(a, layout[0], "a" in interleaved), stored(b, layout[1], "b" in interleaved)
     tc = torch.empty(c.shape, dtype=ta.dtype)
     if ta.dim() == 3:
         return lambda: torch.bmm(ta, tb, out=tc)
@@ -264,11 +286,12 @@ def _operand(shape: tuple[int, ...], dtype: str, which: int) -> np.ndarray:
 
 def measure_gemm(
     batch: int, m: int, n: int, k: int, dtype: str, threads: int, budget: Budget, blas: str = "numpy",
-    layout: str = "nn",
+    layout: str = "nn", interleaved: str = "",
 ) -> dict:
     """Time ``C = A @ B`` once per call (``np.matmul`` or ``torch.mm``/``torch.bmm`` with ``out=``); a record.
 
-    ``layout`` (torch only): operands stored transposed, ``nn``, ``nt``, ``tn`` or ``tt``.
+    ``layout`` (torch only): operands stored transposed, ``nn``, ``nt``, ``tn`` or ``tt``;
+    ``interleaved`` (torch, batched): operands whose matrices interleave (``a``, ``b``, ``ab``).
     """
     lead = (batch,) if batch > 1 else ()
     half = dtype in HALF
@@ -280,7 +303,7 @@ def measure_gemm(
     c = np.empty((*lead, m, n), dtype=DTYPES[stored])
     if blas == "torch":
         with torch_threads(threads):
-            result = measure_python(_torch_call(a, b, c, layout, dtype if half else None), budget)
+            result = measure_python(_torch_call(a, b, c, layout, dtype if half else None, interleaved), budget)
     elif layout != "nn":
         raise ValueError("transposed layouts are measured through torch only")
     elif blas == "numpy":
@@ -298,6 +321,7 @@ def measure_gemm(
         "n": n,
         "k": k,
         **({"layout": layout} if blas == "torch" else {}),
+        **({"interleaved": interleaved} if interleaved else {}),
         **result.row(),
         "flops_per_s": flops / result.median_s,
     }

@@ -15,7 +15,7 @@ from typing import Any
 from . import conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 15
+SUITE_VERSION = 16
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -160,6 +160,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
             for m, n, k, layout in gemm.layout_shapes(quick):
                 call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget, "torch", layout)
                 tasks.append(Task("gemm", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
+            for batch, m, n, k, layout, which in gemm.interleaved_shapes(quick):
+                call = partial(gemm.measure_gemm, batch, m, n, k, "fp32", t, budget, "torch", layout, which)
+                tasks.append(Task("gemm", f"gemm torch fp32 {t}t {batch}x{m}x{n}x{k} {layout} interleaved {which}",
+                                  call))
             for m, n, k, layout in gemm.cold_shapes(quick):
                 call = partial(gemm.measure_gemm_cold, m, n, k, layout, t, budget)
                 tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} cold", call))
