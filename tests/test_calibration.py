@@ -545,7 +545,7 @@ def test_committed_calibration_is_the_catalog_host() -> None:
         model = CostModel(CalibratedEfficiency(cal, gemm_method="linear", blas=blas))
         for row in [r for r in cal.rows("gemm") if r["blas"] == blas][::25]:
             kernel = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row["batch"],
-                          layout=row.get("layout", "nn"))
+                          layout=row.get("layout", "nn"), interleaved=row.get("interleaved", ""))
             assert model.duration(kernel, cpu, row["threads"]) == pytest.approx(row["time_s"], rel=0.02)
     assert cal.data["microbench"]["profile"] == "full"
     assert cal.data["microbench"]["wall_time_s"] < 180  # the longest of the merged runs

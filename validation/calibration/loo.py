@@ -26,7 +26,7 @@ def main() -> None:
     blas = sys.argv[2] if len(sys.argv) > 2 else "numpy"
     groups: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for row in cal.rows("gemm"):
-        if row.get("blas", "numpy") == blas and row.get("layout", "nn") == "nn":
+        if row.get("blas", "numpy") == blas and row.get("layout", "nn") == "nn" and not row.get("interleaved"):
             groups[(row["dtype"], row["threads"])].append(row)
     print(f"{path} ({blas} GEMM points): leave-one-out relative error of GEMM time (mean / median)")
     totals: dict[tuple[str, float], list[float]] = defaultdict(list)
