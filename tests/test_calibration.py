@@ -987,3 +987,24 @@ def test_busy_check_takes_the_median_of_several_snapshots(monkeypatch: pytest.Mo
         sequence = iter(readings)
         monkeypatch.setattr(calibrate_cmd, "_runnable_now", lambda sequence=sequence: next(sequence))
         assert calibrate_cmd._other_runnable(samples=len(readings), interval_s=0.0) == expected
+
+
+def test_fused_attention_is_timed_from_its_own_points(tmp_path: Path) -> None:
+    """A calibration with ``attention`` points times a fused attention (either pass) at the
+    measured time of its shape; without them, from its products and exponentials."""
+    data = synthetic()
+    rows = [{"library": "torch", "dtype": "fp32", "threads": t, "backward": backward, "batch": heads, "lq": length,
+             "lk": length, "e": e, "time_s": (3e-9 if backward else 1e-9) * heads * length * length * e / t}
+            for t in (1, 4) for backward in (False, True) for heads in (16, 64) for length in (64, 256)
+            for e in (32, 64)]
+    data["kernels"]["attention"] = rows
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "attention.json", data), gemm_method="linear")
+    for backward, per in ((False, 1e-9), (True, 3e-9)):
+        kernel = Attention(dtype="fp32", batch=64, lq=256, lk=256, e=64, backward=backward)
+        assert efficiency.attention_time(kernel, 4) == pytest.approx(per * 64 * 256 * 256 * 64 / 4, rel=1e-6)
+    without = CalibratedEfficiency(tmp_calibration(tmp_path / "plain.json", synthetic()), gemm_method="linear")
+    plain = Attention(dtype="fp32", batch=64, lq=256, lk=256, e=64)
+    assert without.attention_time(plain, 4) > without.host_time(plain.gemm(), 4)  # its exponentials on top
+    data["kernels"]["attention"][0].pop("lq")
+    with pytest.raises(CalibrationError, match=r"kernels\.attention\.0\.lq"):
+        validate(data, "bad.json")

@@ -149,6 +149,13 @@ scores in L1."""
 STORED_PER_CELL = (18 / 16) ** 3  # the stencil's ghost layer: 18^3 stored cells per 16^3 block
 
 
+def attention_dims(kernel: Attention) -> tuple[int, int, int, int]:
+    """A fused attention as the (m, n, k, batch) of a GEMM surface with its products' FLOPs: the
+    scores per head (``lq x lk``, one dimension: self-attention points have ``lq = lk``), the head
+    size, 1, and heads x products."""
+    return kernel.lq * kernel.lk, kernel.e, 1, kernel.batch * kernel.products
+
+
 def surface_key(layout: str, interleaved: str) -> str:
     """The GEMM surface of products of ``layout`` whose ``interleaved`` operands interleave."""
     return f"{layout}+{interleaved}" if interleaved else layout
@@ -218,6 +225,8 @@ class CalibratedEfficiency:
         self.smoothing = smoothing
         self._gemm: dict[str, Surfaces] = defaultdict(dict)
         """GEMM surfaces by operand layout."""
+        self._attention: dict[bool, Surfaces] = defaultdict(dict)
+        """Fused-attention surfaces, forward (False) and backward (True)."""
         self._conv: dict[tuple[str, bool, bool, bool], Surfaces] = defaultdict(dict)
         """Convolution surfaces by pass, whether the convolution is strided, grouped and 1-D."""
         self._curves: dict[tuple[str, ...], Curve] = {}
@@ -248,6 +257,17 @@ class CalibratedEfficiency:
             convs[key].append({**row, "batch": row["passes"] * groups})
         for (direction, strided, grouped, line, dtype, threads), rows in sorted(convs.items()):
             self._conv[(direction, strided, grouped, line)][(dtype, threads)] = GemmSurface(
+                rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
+            )
+        fused: dict[tuple[bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        for row in cal.rows("attention"):
+            backward = bool(row.get("backward", False))
+            measured = Attention(dtype=row["dtype"], batch=row["batch"], lq=row["lq"], lk=row["lk"], e=row["e"],
+                                 backward=backward)
+            m, n, k, batch = attention_dims(measured)
+            fused[(backward, row["dtype"], row["threads"])].append({**row, "m": m, "n": n, "k": k, "batch": batch})
+        for (backward, dtype, threads), rows in sorted(fused.items()):
+            self._attention[backward][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -494,8 +514,17 @@ class CalibratedEfficiency:
         return key is not None and any(k[0] == key[0] for k in self._curves)
 
     def attention_time(self, kernel: Attention, threads: int) -> float | None:
-        """Fused attention: its products as a batched GEMM, plus its softmax exponentials at the
-        measured ``exp`` rate of an L1-resident array (the scores of a block stay in cache)."""
+        """Fused attention: from the calibration's ``attention`` points of its pass where it has them
+        (its products' FLOPs at the interpolated fraction of peak the fused kernel reached, plus a
+        product's cold-call time); else its products as a batched GEMM, plus its softmax
+        exponentials at the measured ``exp`` rate of an L1-resident array."""
+        surfaces = self._attention.get(kernel.backward, {})
+        dtype = kernel.dtype if any(d == kernel.dtype for d, _ in surfaces) else "fp32"
+        blend = self._thread_blend(sorted(t for d, t in surfaces if d == dtype), threads)
+        if blend:
+            fraction = sum(w * surfaces[(dtype, t)].fraction(*attention_dims(kernel)) for t, w in blend)
+            peak = self.calibration.peak_flops(kernel.dtype, threads)
+            return kernel.gemm().flops() / (fraction * peak) + self.cold_operands_s(kernel.gemm(), threads)
         products = self.host_time(kernel.gemm(), threads)
         if products is None:
             return None

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
+from . import attention, conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 16
+SUITE_VERSION = 17
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -70,6 +70,13 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 for direction in conv.PASSES:
                     call = partial(conv.measure_depthwise, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv depthwise {direction} {t}t {'x'.join(map(str, shape))}", call))
+    if attention.available():
+        for t in threads:
+            for heads, length, e in attention.shapes(quick):
+                for backward in (False, True):
+                    call = partial(attention.measure_attention, heads, length, e, backward, t, budget)
+                    name = "backward" if backward else "forward"
+                    tasks.append(Task("attention", f"attention {name} {t}t {heads}x{length}x{e}", call))
     if framework.available():
         for what in dispatch.WHAT:
             tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
