@@ -145,9 +145,10 @@ def cold_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
 
 @functools.cache
 def _torch_flush() -> Callable[[], object]:
-    """Evict the caches as :func:`~.streams.flush_caches` does, but through torch's intra-op pool: its
-    threads are then awake when the product starts, as they are between the ops of a training step
-    (after numpy's single-threaded flush, waking them added 100-200 us to a 2-thread product here)."""
+    """Evict the caches by filling ``FLUSH_BYTES`` through torch's intra-op pool (what
+    :func:`~.streams.flush_caches` does in the C kernels' pool): its threads are then awake when the
+    product starts, as between the ops of a training step (after numpy's single-threaded flush,
+    waking them added 100-200 us to a 2-thread product here)."""
     import torch
 
     buffer = torch.empty(FLUSH_BYTES // 4)
