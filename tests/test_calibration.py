@@ -606,6 +606,8 @@ def test_microbench_dispatch_costs_are_microseconds() -> None:
     for what, row in rows.items():
         assert row["what"] == what and row["samples"] > 1000 and 5e-8 < row["time_s"] < 1e-4
     assert rows["engine_gap"]["time_s"] > rows["no_kernel_op"]["time_s"]
+    for what in ("no_kernel_op", "call_gap", "engine_gap"):  # after a 16 MiB fill: out of the caches
+        assert rows[f"{what}_cold"]["time_s"] > rows[what]["time_s"]
 
 
 def test_microbench_repeats_give_way_to_the_deadline() -> None:

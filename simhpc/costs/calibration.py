@@ -562,6 +562,11 @@ class CalibratedEfficiency:
         blend = self._thread_blend(sorted(int(t) for t in self._cheapest_call), threads)
         return sum(w * self._cheapest_call[str(t)] for t, w in blend)
 
+    @property
+    def private_cache_bytes(self) -> int:
+        """The largest cache one core has to itself (the L2 of current x86 cores; 1 MiB if unknown)."""
+        return max((c.size for c in self.calibration.host.caches if c.shared_by == 1), default=1 << 20)
+
     def framework_overhead_s(self, what: str) -> float:
         """The profiled framework cost ``what`` (``no_kernel_op``: the self time of an op that
         computes nothing; ``call_gap`` / ``engine_gap``: the time between two top-level ops that

@@ -15,10 +15,10 @@ track label and span name and reports their differences.
 from __future__ import annotations
 
 import csv
+import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
+from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_bytes
 from simhpc.trace.fresh_memory import fresh_writes
 from simhpc.trace.readers import OpRecord, Trace
 
@@ -181,7 +182,6 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
 
     An op that computes nothing (a view, a wrapper whose children do the work) takes the
     calibration's profiled dispatch cost (``no_kernel_op``)."""
-    framework_overhead = _framework_overhead(model)
     own_work = _wrappers_doing_own_work(trace)
     predictions = []
     for op in trace.ops:
@@ -205,8 +205,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             reason = result.reason
             if not reason and _call_key(op) in own_work:
                 reason = "no cost model for this op's own work (its children are timed on their own)"
-            overhead = 0.0 if reason else framework_overhead("no_kernel_op")
-            predictions.append(OpPrediction(op, None, op.self_time, overhead, not reason, reason))
+            predictions.append(OpPrediction(op, None, op.self_time, 0.0, not reason, reason))
             continue
         covers = getattr(model.efficiency, "covers", None)
         if covers is not None and not covers(result.kernel):
@@ -225,8 +224,20 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, f"cost model: {error}"))
             continue
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
+    _dispatch_after_kernels(predictions, model)
     _add_first_touch(trace, predictions, model, threads)
     return predictions
+
+
+def _dispatch_after_kernels(predictions: list[OpPrediction], model: CostModel) -> None:
+    """Charge each kernel-free op the dispatch cost of the state the last kernel left the caches in
+    (:mod:`simhpc.trace.framework_costs`)."""
+    moved = math.inf  # the first op follows the previous step's, or the program's, work
+    for p in sorted(predictions, key=lambda p: (p.op.start, p.op.index)):
+        if p.kernel is not None:
+            moved = p.kernel.bytes()
+        elif p.modelled:
+            p.predicted_s = cost_after(model, "no_kernel_op", moved)
 
 
 def _call_key(op: OpRecord) -> tuple[str, str]:
@@ -248,9 +259,17 @@ def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
     return {key for key, seconds in own.items() if seconds > WRAPPER_SELF_SHARE * total[key]}
 
 
-def _framework_overhead(model: CostModel) -> Callable[[str], float]:
-    """The model's profiled framework costs by name (0 for a model without a calibration)."""
-    return getattr(model.efficiency, "framework_overhead_s", lambda what: 0.0)
+def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
+    """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
+    cold by the bytes the top-level op before it moved (:mod:`simhpc.trace.framework_costs`)."""
+    moved = subtree_bytes(trace, {p.op.index: p.kernel.bytes() for p in predictions if p.kernel is not None})
+    top = in_time_order(op for op in trace.ops if op.kind in FRAMEWORK_KINDS
+                        and (op.step is not None or not trace.steps) and outermost(trace, op))
+    total, before = 0.0, math.inf
+    for op in top:
+        total += cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
+        before = moved[op.index]
+    return total
 
 
 def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int) -> None:
@@ -277,10 +296,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         # From the first op to the last: the profiler's own span of the whole capture is not one.
         roots = [op for op in trace.ops if op.parent is None and op.category != "Trace"] or trace.ops
         measured = max(op.end for op in roots) - min(op.start for op in roots)
-    overhead = _framework_overhead(model)
-    call_gaps = sum(overhead("engine_gap" if engine_called(trace, op) else "call_gap") for op in trace.ops
-                    if op.kind in FRAMEWORK_KINDS and (op.step is not None or not trace.steps)
-                    and outermost(trace, op)) / steps
+    call_gaps = _call_gaps(trace, predictions, model) / steps
     predicted = sum(p.predicted_s for p in predictions) / steps + call_gaps
     total = sum(s.duration for s in trace.steps) if trace.steps else measured
     skipped = dict(trace.skipped)

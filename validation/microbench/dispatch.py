@@ -29,12 +29,18 @@ from .gemm import torch_threads
 
 CALLS = 500
 """Iterations of the profiled loop (two view ops, a six-op chain and its backward each)."""
-WHAT = ("no_kernel_op", "call_gap", "engine_gap")
+SWEEP_BYTES = 16 << 20
+"""Filled between the ops of the cold loop: 8x the 2 MiB private L2 of the Xeon reference."""
+WHAT = ("no_kernel_op", "call_gap", "engine_gap", "no_kernel_op_cold", "call_gap_cold", "engine_gap_cold")
 
 
 @cache
-def _profiled_costs() -> dict[str, list[float]]:
-    """Self times of the loop's kernel-free ops and the gaps between its top-level ops (seconds)."""
+def _profiled_costs(cold: bool) -> dict[str, list[float]]:
+    """Self times of the loop's kernel-free ops and the gaps between its top-level ops (seconds).
+
+    ``cold``: every op follows a fill of ``SWEEP_BYTES`` (in the backward, a node whose backward
+    fills), as in a step whose ops move megabytes: the interpreter's and the dispatcher's state is
+    then out of the core's private caches, and only the costs right after a fill are kept."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -43,13 +49,35 @@ def _profiled_costs() -> dict[str, list[float]]:
 
     x = torch.randn(8, 8)
     w = torch.randn(8, 8, requires_grad=True)
+    sweep = torch.empty(SWEEP_BYTES // 4)
+
+    class Sweep(torch.autograd.Function):
+        """The identity, whose forward and backward both fill the sweep buffer."""
+
+        @staticmethod
+        def forward(ctx: object, y: torch.Tensor) -> torch.Tensor:
+            sweep.fill_(1.0)
+            return y.view_as(y)
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+            sweep.fill_(1.0)
+            return grad
+
+    def evict() -> None:
+        if cold:
+            sweep.fill_(1.0)
 
     def step() -> None:
+        evict()
         x.t()
+        evict()
         x.view(64)
         y = w
         for _ in range(3):
             y = torch.relu(y * 1.01)
+            if cold:
+                y = Sweep.apply(y)
         y.sum().backward()
 
     with torch_threads(1):
@@ -62,23 +90,34 @@ def _profiled_costs() -> dict[str, list[float]]:
             path = Path(folder) / "dispatch.json"
             prof.export_chrome_trace(str(path))
             trace = read_trace(path)
-    ops = [op for op in trace.ops if op.kind in FRAMEWORK_KINDS]
-    top = sorted((op for op in ops if outermost(trace, op)), key=lambda op: op.start)
+    ops = sorted((op for op in trace.ops if op.kind in FRAMEWORK_KINDS), key=lambda op: op.start)
+
+    def swept(op: object) -> bool:  # a fill of the sweep buffer, or an op that ran one inside
+        return not cold or any(trace.ops[i].name == "aten::fill_" for i in _subtree(trace, op))
+
+    top = [op for op in ops if outermost(trace, op)]
     gaps: dict[bool, list[float]] = {False: [], True: []}
     for a, b in pairwise(top):
         by_engine = engine_called(trace, a)
-        if by_engine == engine_called(trace, b):
+        if by_engine == engine_called(trace, b) and swept(a):
             gaps[by_engine].append(max(0.0, b.start - a.end))
-    return {
-        "no_kernel_op": [op.self_time for op in ops if op.kind == "view"],
-        "call_gap": gaps[False],
-        "engine_gap": gaps[True],
-    }
+    views = [b.self_time for a, b in pairwise(ops) if b.kind == "view" and (not cold or a.name == "aten::fill_")]
+    return {"no_kernel_op": views, "call_gap": gaps[False], "engine_gap": gaps[True]}
+
+
+def _subtree(trace: object, op: object) -> list[int]:
+    """``op`` and every op below it, by index."""
+    found, stack = [], [op.index]
+    while stack:
+        index = stack.pop()
+        found.append(index)
+        stack.extend(trace.ops[index].children)
+    return found
 
 
 def measure_dispatch(what: str) -> dict:
     """One of ``WHAT``: its median over the profiled loop, with the spread (half the IQR)."""
-    values = sorted(_profiled_costs()[what])
+    values = sorted(_profiled_costs(what.endswith("_cold"))[what.removesuffix("_cold")])
     quartiles = statistics.quantiles(values, n=4)
     return {"library": "torch", "what": what, "threads": 1, "time_s": statistics.median(values),
             "spread_s": (quartiles[2] - quartiles[0]) / 2, "samples": len(values)}
