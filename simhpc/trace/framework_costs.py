@@ -3,8 +3,8 @@
 The calibration measures each cost twice (``validation/microbench/dispatch.py``): in a loop of
 tiny ops, whose interpreter and dispatcher state stays in the core's private caches, and right
 after a fill of 16 MiB (``_cold``), as after an op of a real step that moved megabytes (a traced
-``aten::view`` took 2.5-3 us in the captures, 0.4 us warm, 5.7 us cold; a gap between two
-Python-called ops 9-49 us, 1.7 us warm, 27 us cold). A cost is charged cold when the op before
+``aten::view`` took 2.5-3 us in the captures on the Xeon reference, 0.4 us warm, 5.2 us cold; a
+gap between two Python-called ops 9-49 us, 1.5 us warm, 25 us cold). A cost is charged cold when the op before
 it (the last op with a kernel, for a kernel-free op; the previous top-level op with everything
 it ran, for a gap) moved at least a private cache's worth of bytes, else warm. Calibrations
 without cold points charge the warm cost throughout.
