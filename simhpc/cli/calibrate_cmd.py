@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def _other_runnable(samples: int = 9, interval_s: float = 0.02) -> int:
         if i:
             time.sleep(interval_s)
         counts.append(_runnable_now())
-    return sorted(counts)[len(counts) // 2]
+    return statistics.median_low(counts)
 
 
 def _write(data: dict[str, Any], output: Path) -> None:

@@ -362,14 +362,19 @@ class CalibratedEfficiency:
             candidates[:0] = [self._conv.get((p, s, g, line), {}) for g in (grouped, not grouped)
                               for line in (kernel.line, not kernel.line) for p in passes
                               for s in (strided, not strided)]
-        own = [c for c in candidates if any(key[0] == kernel.dtype for key in c)]
+        return self._blended_fraction(candidates, kernel.dtype, threads, (kernel.m, kernel.n, kernel.k, kernel.batch))
+
+    def _blended_fraction(self, candidates: list[Surfaces], dtype: str, threads: int,
+                          dims: tuple[int, int, int, int]) -> float | None:
+        """The fraction of peak at ``dims`` from the first candidate surfaces measured in ``dtype``
+        (else the first with any points, in fp32), blended over the measured thread counts."""
+        own = [c for c in candidates if any(key[0] == dtype for key in c)]
         surfaces = own[0] if own else next((c for c in candidates if c), {})
-        dtype = kernel.dtype if own else "fp32"
-        counts = sorted(t for d, t in surfaces if d == dtype)
-        blend = self._thread_blend(counts, threads)
+        dtype = dtype if own else "fp32"
+        blend = self._thread_blend(sorted(t for d, t in surfaces if d == dtype), threads)
         if not blend:
             return None
-        return sum(w * surfaces[(dtype, t)].fraction(kernel.m, kernel.n, kernel.k, kernel.batch) for t, w in blend)
+        return sum(w * surfaces[(dtype, t)].fraction(*dims) for t, w in blend)
 
     def _measured(self, conv_pass: str) -> bool:
         """Whether the calibration has convolution points of ``conv_pass``."""
@@ -518,11 +523,9 @@ class CalibratedEfficiency:
         (its products' FLOPs at the interpolated fraction of peak the fused kernel reached, plus a
         product's cold-call time); else its products as a batched GEMM, plus its softmax
         exponentials at the measured ``exp`` rate of an L1-resident array."""
-        surfaces = self._attention.get(kernel.backward, {})
-        dtype = kernel.dtype if any(d == kernel.dtype for d, _ in surfaces) else "fp32"
-        blend = self._thread_blend(sorted(t for d, t in surfaces if d == dtype), threads)
-        if blend:
-            fraction = sum(w * surfaces[(dtype, t)].fraction(*attention_dims(kernel)) for t, w in blend)
+        fraction = self._blended_fraction([self._attention.get(kernel.backward, {})], kernel.dtype, threads,
+                                          attention_dims(kernel))
+        if fraction is not None:
             peak = self.calibration.peak_flops(kernel.dtype, threads)
             return kernel.gemm().flops() / (fraction * peak) + self.cold_operands_s(kernel.gemm(), threads)
         products = self.host_time(kernel.gemm(), threads)

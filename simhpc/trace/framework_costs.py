@@ -12,13 +12,11 @@ without cold points charge the warm cost throughout.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from simhpc.costs.model import CostModel
 from simhpc.trace.readers import OpRecord, Trace
-
-DEFAULT_PRIVATE_CACHE = 1 << 20
-"""Bytes of a core's private cache when the model does not say (a calibration does)."""
 
 
 def overhead_of(model: CostModel) -> Callable[[str], float]:
@@ -27,8 +25,9 @@ def overhead_of(model: CostModel) -> Callable[[str], float]:
 
 
 def private_cache(model: CostModel) -> float:
-    """Bytes of one core's private cache on the calibrated host."""
-    return getattr(model.efficiency, "private_cache_bytes", DEFAULT_PRIVATE_CACHE)
+    """Bytes of one core's private cache on the calibrated host (infinite without a calibration:
+    nothing is ever cold)."""
+    return getattr(model.efficiency, "private_cache_bytes", math.inf)
 
 
 def cost_after(model: CostModel, what: str, moved: float) -> float:
@@ -40,28 +39,13 @@ def cost_after(model: CostModel, what: str, moved: float) -> float:
     return overhead(what)
 
 
-def subtree_bytes(trace: Trace, kernel_bytes: dict[int, float]) -> dict[int, float]:
-    """Bytes every op moved with everything below it, from its ops' kernels (by op index)."""
-    moved: dict[int, float] = {}
-    for index in _post_order(trace):
-        op = trace.ops[index]
-        moved[index] = kernel_bytes.get(index, 0.0) + sum(moved[child] for child in op.children)
+def subtree_bytes(trace: Trace, kernel_bytes: dict[int, float]) -> list[float]:
+    """Bytes every op moved with everything below it, from its ops' kernels (by op index; the
+    readers index a parent before its children, so one backward pass sums them)."""
+    moved = [0.0] * len(trace.ops)
+    for op in reversed(trace.ops):
+        moved[op.index] = kernel_bytes.get(op.index, 0.0) + sum(moved[child] for child in op.children)
     return moved
-
-
-def _post_order(trace: Trace) -> list[int]:
-    """Op indices, children before their parents."""
-    order: list[int] = []
-    for root in (op.index for op in trace.ops if op.parent is None):
-        stack = [(root, False)]
-        while stack:
-            index, done = stack.pop()
-            if done:
-                order.append(index)
-                continue
-            stack.append((index, True))
-            stack.extend((child, False) for child in trace.ops[index].children)
-    return order
 
 
 def in_time_order(ops: Iterable[OpRecord]) -> list[OpRecord]:

@@ -71,10 +71,10 @@ class Storage:
 
     def discard(self, version: int, nbytes: float) -> None:
         """Drop ``nbytes`` of ``version`` (a write given up, or the device lost)."""
-        nbytes = min(nbytes, self._held.get(version, 0.0))
-        self._held[version] = self._held.get(version, 0.0) - nbytes
-        if self._held[version] <= 0.0:
-            del self._held[version]
+        held = self._held.pop(version, 0.0)
+        nbytes = min(nbytes, held)
+        if held - nbytes > 0.0:
+            self._held[version] = held - nbytes
         self.space.free(min(nbytes, self.space.used))
 
     def retire(self, older_than: int) -> None:
