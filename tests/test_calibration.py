@@ -626,6 +626,29 @@ def test_microbench_repeats_give_way_to_the_deadline() -> None:
     assert runner.run(tasks, deadline_s=10.0)["kernels"]["gemm"] == [{"time_s": 1.0, "rounds": 2}]
 
 
+def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
+    """Points sample for their whole minimum time while the first round, projected at its pace,
+    ends by 90 % of the deadline; behind that, in proportion, never below a fifth; and the
+    sampling time is whole again once the run ends."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner, timing = load_submodule("runner"), load_submodule("timing")
+    assert runner._pace(elapsed=50.0, done=500, total=1000, deadline_s=170.0) == 1.0  # 100 s projected
+    assert runner._pace(elapsed=100.0, done=500, total=1000, deadline_s=170.0) == pytest.approx(53 / 100)
+    assert runner._pace(elapsed=150.0, done=500, total=1000, deadline_s=170.0) == runner.PACE_FLOOR
+    seen = []
+
+    def point() -> dict:
+        seen.append(timing._min_time(timing.FULL))
+        time.sleep(0.01)
+        return {"time_s": 1.0}
+
+    tasks = [runner.Task("gemm", f"p{i}", point) for i in range(20)]
+    runner.run(tasks, deadline_s=0.05)  # 0.2 s of points against 0.045 s: behind from the start
+    assert seen[0] == timing.FULL.min_time_s and seen[-1] == pytest.approx(runner.PACE_FLOOR * timing.FULL.min_time_s)
+    assert timing._min_time(timing.FULL) == timing.FULL.min_time_s
+
+
 @pytest.mark.skipif(
     shutil.which("gcc") is None or importlib.util.find_spec("threadpoolctl") is None,
     reason="needs gcc and threadpoolctl",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import attention, conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams
+from . import attention, conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams, timing
 from .timing import FULL, QUICK, Budget
 
 SUITE_VERSION = 18
@@ -184,9 +184,27 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     return tasks
 
 
+PACE_FLOOR = 0.2
+"""The least fraction of its sampling time a point gets when a run falls behind its deadline."""
+FIRST_ROUND_SHARE = 0.9
+"""The first round (every point once) should end by this fraction of the deadline."""
+
+
+def _pace(elapsed: float, done: int, total: int, deadline_s: float) -> float:
+    """The fraction of their sampling time the remaining first-round points get: 1 while the
+    round, projected at its pace so far, ends by ``FIRST_ROUND_SHARE`` of the deadline; less,
+    down to ``PACE_FLOOR``, in proportion to how far behind it is."""
+    projected = elapsed * total / max(done, 1)
+    target = FIRST_ROUND_SHARE * deadline_s
+    if projected <= target:
+        return 1.0
+    return max(PACE_FLOOR, (target - elapsed) / max(projected - elapsed, 1e-9))
+
+
 def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None) -> dict[str, Any]:
     """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...},
-    "repeats_skipped": n}``.
+    "repeats_skipped": n, "first_round_s": seconds}`` (the time to the first repeat: every point
+    measured once).
 
     ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
     run should end; a repeat (``again``) that its first round's duration says would end later is
@@ -200,9 +218,16 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     took: dict[str, float] = {}
     skipped = 0
     start = time.perf_counter()
-    for task in tasks:
+    first_round_s = None
+    first_round = sum(1 for task in tasks if not task.again)
+    timing.set_pace(1.0)
+    for done, task in enumerate(tasks):
         if progress:
             progress(task.label)
+        if task.again and first_round_s is None:
+            first_round_s = time.perf_counter() - start
+        if deadline_s is not None and not task.again and done >= first_round // 10:
+            timing.set_pace(_pace(time.perf_counter() - start, done, first_round, deadline_s))
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
             skipped += 1
             continue
@@ -221,4 +246,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         else:
             first[task.label] = row
             kernels.setdefault(task.section, []).append(row)
-    return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped}
+    timing.set_pace(1.0)
+    if first_round_s is None:
+        first_round_s = time.perf_counter() - start
+    return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped, "first_round_s": first_round_s}

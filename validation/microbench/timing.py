@@ -35,6 +35,19 @@ class Budget:
 FULL = Budget()
 QUICK = Budget(warmup=1, repeats=3, min_time_s=0.0, sample_time_s=2e-4, max_repeats=3, long_repeats=3)
 
+_pace = [1.0]
+"""The fraction of ``min_time_s`` every point samples for (1 unless a run is falling behind)."""
+
+
+def set_pace(fraction: float) -> None:
+    """Sample each point for ``fraction`` of its budget's ``min_time_s`` (its ``repeats`` samples
+    stay the minimum): how :func:`~.runner.run` keeps a slow machine's run within its deadline."""
+    _pace[0] = min(1.0, max(0.0, fraction))
+
+
+def _min_time(budget: Budget) -> float:
+    return budget.min_time_s * _pace[0]
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -80,7 +93,7 @@ def measure_python(call: Callable[[], object], budget: Budget) -> Measurement:
     repeats = budget.long_repeats if first > budget.long_call_s else budget.repeats
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < repeats or (spent < budget.min_time_s and len(samples) < budget.max_repeats):
+    while len(samples) < repeats or (spent < _min_time(budget) and len(samples) < budget.max_repeats):
         start = time.perf_counter()
         for _ in range(calls):
             call()
@@ -109,7 +122,7 @@ def measure_native(run: Callable[[int], float], budget: Budget) -> Measurement:
     repeats = budget.long_repeats if first > budget.long_call_s else budget.repeats
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < repeats or (spent < budget.min_time_s and len(samples) < budget.max_repeats):
+    while len(samples) < repeats or (spent < _min_time(budget) and len(samples) < budget.max_repeats):
         elapsed = run(calls)
         spent += elapsed
         samples.append(elapsed / calls)
