@@ -34,8 +34,9 @@ class RunResult:
 def default_cost_model() -> CostModel:
     """The cost model runs use.
 
-    Kernel efficiencies are interpolated from the committed host calibration
-    (``validation/calibration/host.json``) for the host CPU and the CPUs its fractions transfer
+    Kernel efficiencies are interpolated from the default calibration
+    (:func:`~simhpc.hardware.host.default_calibration`: the committed one of this kind of machine)
+    for the host CPU and the CPUs its fractions transfer
     to; GPUs, and every device when no calibration is committed, use :class:`ConstantEfficiency`.
     """
     from simhpc.costs.calibration import CalibratedEfficiency

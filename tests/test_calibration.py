@@ -434,6 +434,30 @@ def test_host_warnings(cal_path: Path) -> None:
     assert "another machine" in warning and "cpu_model" in warning and "isa_flags" in warning
     [stale] = host_warnings(cal, HOST, 2)
     assert "stale" in stale
+    smaller_l3 = dataclasses.replace(HOST, caches=(*HOST.caches[:2], CacheInfo("L3", 16 << 20, 4)))
+    [caches] = host_warnings(cal, smaller_l3, 1)
+    assert "same model name" in caches and "L3 32 MiB" in caches and "L3 16 MiB" in caches
+
+
+def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each committed calibration is the default on the machine it measured (model, cores, flags and
+    caches all alike); any other machine gets the reference host.json; $SIMHPC_CALIBRATION wins."""
+    from simhpc.hardware.host import COMMITTED_CALIBRATION, _committed_hosts, default_calibration
+
+    monkeypatch.delenv("SIMHPC_CALIBRATION", raising=False)
+    committed = _committed_hosts()
+    assert committed[0][0] == COMMITTED_CALIBRATION and len(committed) >= 3
+    for path, facts in committed:
+        assert default_calibration(facts) == path
+        others = [other for other_path, other in committed if other_path != path]
+        assert not any(facts.same_machine(other) for other in others)
+    zen = next(facts for path, facts in committed if path.name.startswith("epyc"))
+    bigger_l3 = dataclasses.replace(zen, caches=(*zen.caches[:2], CacheInfo("L3", 256 << 20, 2)))
+    assert default_calibration(bigger_l3) == COMMITTED_CALIBRATION
+    assert default_calibration(HOST) == COMMITTED_CALIBRATION
+    monkeypatch.setenv("SIMHPC_CALIBRATION", "/elsewhere/mine.json")
+    assert default_calibration(zen) == Path("/elsewhere/mine.json")
 
 
 @pytest.mark.parametrize(
@@ -992,6 +1016,22 @@ def test_cold_products_pay_the_fitted_cold_call_time(cal_path: Path) -> None:
     assert cold.cold_operands_s(dataclasses.replace(product, conv="forward"), 1) == 0.0
 
 
+def test_cold_products_pay_at_most_one_dram_pass_over_their_bytes(cal_path: Path) -> None:
+    """A fit whose bytes cost more than streaming them from DRAM (after a 128 MiB flush, a VM's
+    page walks too) charges them at the roofline's DRAM bandwidth: 50 us + bytes / 12 GB/s here."""
+    data = json.loads(cal_path.read_text())
+    data["kernels"]["gemm_cold"] = [
+        {"blas": "numpy", "dtype": "fp32", "threads": 1, "batch": 1, "m": m, "n": m, "k": m, "layout": "nn",
+         "cache": "cold", "warm_s": 1e-3, "time_s": 1e-3 + 50e-6 + 12.0 * m * m / 5e9}
+        for m in (32, 256, 1024)
+    ]
+    cal = validate(data, "cold.json")
+    product = Gemm(dtype="fp32", m=1024, n=1024, k=1024)
+    charged = CalibratedEfficiency(cal, cache="cold").cold_operands_s(product, 1)
+    assert cal.model_bandwidth(1) == pytest.approx(12e9, rel=0.05)
+    assert charged == pytest.approx(50e-6 + product.bytes() / cal.model_bandwidth(1), rel=1e-6)
+
+
 def test_clock_probe_is_not_fooled_by_folded_adds() -> None:
     """The dependent-add chain reads the core clock, not several adds a cycle (the immediate form
     read 19 GHz on a 3.6 GHz Xeon, whose renamer folds adds of an immediate)."""
@@ -1033,3 +1073,13 @@ def test_fused_attention_is_timed_from_its_own_points(tmp_path: Path) -> None:
     data["kernels"]["attention"][0].pop("lq")
     with pytest.raises(CalibrationError, match=r"kernels\.attention\.0\.lq"):
         validate(data, "bad.json")
+
+
+def test_effective_cache_is_what_the_pointer_chase_reads_fast() -> None:
+    """The working set a program keeps in cache: the Xeon guest reports its socket's 480 MiB L3 and
+    reads 16 MiB at under half the DRAM latency; the EPYC Zen 2 guest, 8 MiB of its 16 MiB L3."""
+    xeon, zen2 = load_calibration(COMMITTED), load_calibration(COMMITTED.with_name("epyc-zen2.json"))
+    assert xeon.host.last_level_cache == 480 << 20 and xeon.effective_cache_bytes() == 16 << 20
+    assert zen2.host.last_level_cache == 16 << 20 and zen2.effective_cache_bytes() == 8 << 20
+    without = dataclasses.replace(zen2, data={**zen2.data, "kernels": {**zen2.data["kernels"], "latency": []}})
+    assert without.effective_cache_bytes() == 16 << 20

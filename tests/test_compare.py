@@ -95,7 +95,8 @@ def test_a_channels_last_pool_is_its_own_op() -> None:
     """ATen pools an NHWC image across its channels, vectorised: a channels-last pool is timed
     from points of its own (``<op>@channels_last``), from the NCHW op's where a calibration has none."""
     from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, validate
+    from simhpc.costs.calibration_file import validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
 
     concrete = ["", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False"]
     types = ["float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
@@ -498,7 +499,8 @@ def test_ops_that_compute_nothing_and_the_gaps_between_calls_take_the_profiled_f
     nothing; each top-level op, the profiled gap between two calls from Python, or from the
     autograd engine for an op inside an engine node."""
     from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, host_specs, validate
+    from simhpc.costs.calibration_file import host_specs, validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
 
     data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     data["kernels"]["dispatch"] = [{"what": "no_kernel_op", "threads": 1, "time_s": 1e-6},
@@ -526,7 +528,8 @@ def test_framework_costs_are_cold_after_an_op_that_moved_a_private_cache() -> No
     """With cold dispatch points, a kernel-free op, and the gap before a top-level op, cost their
     cold value after an op that moved at least a core's private cache (here 2 MiB), else warm."""
     from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, host_specs, validate
+    from simhpc.costs.calibration_file import host_specs, validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
 
     data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     costs = {"no_kernel_op": 1e-6, "call_gap": 3e-6, "engine_gap": 10e-6,
@@ -573,16 +576,17 @@ TARGET_PCT = 15.0
 MACHINES = {  # reference machine -> (its captures, the calibration taken right before them)
     "xeon": (CAPTURES, CALIBRATION),
     "epyc-zen3": (CAPTURES / "epyc-zen3", ROOT / "validation" / "calibration" / "epyc-zen3.json"),
+    "epyc-zen2": (CAPTURES / "epyc-zen2", ROOT / "validation" / "calibration" / "epyc-zen2.json"),
 }
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    ("xeon", "cnn_t1"): (-3.7, 21.1),
-    ("xeon", "cnn_t2"): (-5.3, 49.4),
-    ("xeon", "mlp_t1"): (-5.0, 5.8),
-    ("xeon", "mlp_t2"): (-1.4, 5.1),
-    ("xeon", "transformer_flash_t1"): (-3.5, 7.7),
-    ("xeon", "transformer_flash_t2"): (1.5, 5.7),
-    ("xeon", "transformer_t1"): (-5.1, 7.8),
-    ("xeon", "transformer_t2"): (-4.9, 6.7),
+    ("xeon", "cnn_t1"): (-3.9, 27.5),
+    ("xeon", "cnn_t2"): (-5.6, 22.4),
+    ("xeon", "mlp_t1"): (-6.4, 7.7),
+    ("xeon", "mlp_t2"): (-5.3, 8.6),
+    ("xeon", "transformer_flash_t1"): (-4.4, 8.9),
+    ("xeon", "transformer_flash_t2"): (-1.1, 6.9),
+    ("xeon", "transformer_t1"): (-6.1, 9.7),
+    ("xeon", "transformer_t2"): (-7.3, 9.6),
     ("epyc-zen3", "cnn_t1"): (0.3, 18.9),
     ("epyc-zen3", "cnn_t2"): (3.5, 19.4),
     ("epyc-zen3", "mlp_t1"): (0.5, 3.7),
@@ -598,17 +602,30 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
     ("epyc-zen3", "cnn224_t1"): (0.7, 86.9),
     ("epyc-zen3", "cnn224_t2"): (-22.9, 89.2),
+    ("epyc-zen2", "cnn_t1"): (0.1, 9.4),
+    ("epyc-zen2", "cnn_t2"): (-0.7, 17.3),
+    ("epyc-zen2", "mlp_t1"): (2.9, 7.1),
+    ("epyc-zen2", "mlp_t2"): (-1.0, 7.3),
+    ("epyc-zen2", "transformer_flash_t1"): (-0.2, 8.0),
+    ("epyc-zen2", "transformer_flash_t2"): (2.2, 11.1),
+    ("epyc-zen2", "transformer_t1"): (-2.7, 7.7),
+    ("epyc-zen2", "transformer_t2"): (-5.1, 10.3),
+    ("epyc-zen2", "mlp_bf16_t1"): (-2.5, 2.9),
+    ("epyc-zen2", "mlp_bf16_t2"): (-4.6, 3.1),
+    ("epyc-zen2", "cnn224_t1"): (13.4, 54.6),
+    ("epyc-zen2", "cnn224_t2"): (7.4, 52.5),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""
-_TINY = ("the classifier's three 0.05-0.25 ms products: in the forward its weight comes from DRAM after the "
-         "convolutions, in the backward its operands are still in cache from the forward; the model charges "
-         "every product the same measured cold-call time")
+_TINY = ("the classifier's three 0.05-0.25 ms products: what they pay over the calibration's loop varies by 2-4x "
+         "between the steps of one capture and between captures (the state the VM's caches and the BLAS are left "
+         "in), more than a charge by the bytes and products that ran before them can follow")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
-    ("xeon", "cnn_t1"): "GEMM MAPE 21 %: " + _TINY,
-    ("xeon", "cnn_t2"): "GEMM MAPE 49 %: " + _TINY,
+    ("xeon", "cnn_t1"): "GEMM MAPE 28 %: " + _TINY,
+    ("xeon", "cnn_t2"): "GEMM MAPE 22 %: " + _TINY,
     ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
+    ("epyc-zen2", "cnn_t2"): "GEMM MAPE 17 %: " + _TINY,
 }
 _SUMMARIES: dict[tuple[str, str], dict] = {}
 
@@ -949,3 +966,56 @@ def test_the_report_says_where_the_thread_count_came_from(tmp_path: Path) -> Non
         assert summary["threads_from"] == source
         if threads is not None:
             assert summary["threads"] == threads
+
+
+class _StepProducts:
+    """An efficiency model that records what :func:`charge_products` asks of each product."""
+
+    def __init__(self, cache_bytes: float) -> None:
+        self.asked: list[tuple[int, float, float]] = []
+        self.private_cache_bytes = 4 << 20
+        self.calibration = type("Cal", (), {"effective_cache_bytes": lambda self: cache_bytes})()
+
+    def cold_call_parts(self, threads: int) -> tuple[float, float]:
+        return 30e-6, 1e-10
+
+    def product_in_step_s(self, kernel: Gemm, threads: int, share: float, cold_bytes: float) -> float:
+        self.asked.append((kernel.m, share, cold_bytes))
+        return 1.0
+
+
+def test_products_pay_for_what_ran_before_them() -> None:
+    """A classifier's forward after a large stream pays the whole cold-call constant and its weight's
+    bytes (its input was just read); its two backward products right after it pay a share of the
+    constant in proportion to the bytes since it, and nothing for operands it read; an operand read
+    more than the effective cache's bytes ago is charged again."""
+    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.product_reuse import charge_products
+    from simhpc.trace.readers import OpRecord
+
+    def op(index: int, shapes: list) -> OpRecord:
+        return OpRecord(index, "aten::op", "gemm", float(index), 0.5, "t", shapes=shapes)
+
+    stream = Elementwise(dtype="fp32", n=(64 << 20) // 8, op="relu", inputs=1, outputs=1)  # 64 MiB moved
+    forward = Gemm(dtype="fp32", m=64, n=10, k=4096, layout="nt")
+    grad_input = Gemm(dtype="fp32", m=64, n=4096, k=10)
+    grad_weight = Gemm(dtype="fp32", m=10, n=4096, k=64, layout="tn")
+    ops = [
+        (stream, [[64, 4096]]),
+        (forward, [[10], [64, 4096], [4096, 10]]),
+        (grad_input, [[64, 10], [10, 4096]]),  # the weight, transposed back
+        (grad_weight, [[10, 64], [64, 4096]]),
+        (stream, [[64, 4096]]),
+        (forward, [[10], [64, 4096], [4096, 10]]),
+    ]
+    predictions = [OpPrediction(op(i, shapes), kernel, 1.0, 0.0, True) for i, (kernel, shapes) in enumerate(ops)]
+    efficiency = _StepProducts(cache_bytes=16 << 20)
+    charge_products(predictions, CostModel(efficiency), 1)  # type: ignore[arg-type]
+    weight = 4096 * 10 * 4
+    assert [m for m, _, _ in efficiency.asked] == [64, 64, 10, 64]
+    (_, share0, cold0), (_, share1, cold1), (_, share2, cold2), (_, share3, cold3) = efficiency.asked
+    assert share0 == 1.0 and cold0 == weight  # its input [64, 4096] was the stream's: in cache
+    assert share1 == pytest.approx(forward.bytes() / (4 << 20)) and cold1 == 64 * 10 * 4  # the fresh gradient
+    assert share2 == pytest.approx(grad_input.bytes() / (4 << 20)) and cold2 == 0  # both read just before
+    assert share3 == 1.0 and cold3 == weight  # 64 MiB since the weight was read: out of the cache
+    assert all(p.predicted_s == 1.0 for p in predictions if isinstance(p.kernel, Gemm))

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 from simhpc.cli.main import main
 from simhpc.costs.calibration import CalibratedEfficiency
-from simhpc.costs.calibration_file import COMMITTED_CALIBRATION, host_specs, validate
+from simhpc.costs.calibration_file import host_specs, validate
 from simhpc.costs.model import CostModel
+from simhpc.hardware.host import COMMITTED_CALIBRATION
 from simhpc.trace.compare import compare_trace
 from simhpc.trace.fresh_memory import FRESH_BLOCK_BYTES
 from simhpc.trace.readers import parse_trace

@@ -25,8 +25,9 @@
   points (single calls after a cache flush) give its bytes: a framework op inside a training
   step finds its operands out of cache. A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
-  BLAS's code and buffers, plus its bytes over a bandwidth; 41-72 us a call plus 16-26 us
-  per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's warm time); a calibration
+  BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us
+  a call plus 16-26 us per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's
+  warm time); a calibration
   without them charges its bytes on the cold ``add`` curve less the same bytes on the warm one.
   A recurrent layer's per-step products run back to back on the same weights and do not pay it.
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
@@ -486,14 +487,17 @@ class CalibratedEfficiency:
         calibration's repeated calls. From the ``gemm_cold`` points where the calibration has them:
         what a single call after a cache flush took over repeated ones, fitted as a constant
         (the BLAS's code and buffers fetched again) plus the product's bytes over a bandwidth
-        (operands and result from DRAM). Else its bytes on the cold ``add`` curve less the same
-        bytes on the warm one (0 once they outgrow the caches)."""
+        (operands and result from DRAM), no slower than one pass over them at the roofline's DRAM
+        bandwidth: a flush of 128 MiB also evicts what a step keeps (a VM's page-table entries), and
+        on the 2-core EPYC Zen 2 guest the fit's 7 GB/s overcharged every product of the committed
+        captures by 5-40 %. Else its bytes on the cold ``add`` curve less the same bytes on the warm
+        one (0 once they outgrow the caches)."""
         if self.cache != "cold" or kernel.conv:
             return 0.0
         moved = kernel.bytes()
-        if self._cold_product:
-            blend = self._thread_blend(sorted(self._cold_product), threads)
-            return sum(w * (self._cold_product[t][0] + moved * self._cold_product[t][1]) for t, w in blend)
+        parts = self.cold_call_parts(threads)
+        if parts is not None:
+            return parts[0] + moved * parts[1]
         if "elementwise" not in self._cold:
             return 0.0
         cold = self._curve_time("elementwise", "add" + COLD, "fp32", moved, moved, threads)
@@ -501,6 +505,27 @@ class CalibratedEfficiency:
         if cold is None or warm is None:
             return 0.0
         return max(0.0, cold - warm)
+
+    def cold_call_parts(self, threads: int) -> tuple[float, float] | None:
+        """(seconds, seconds per byte): the ``gemm_cold`` fit of a single call after a cache flush
+        over repeated calls on ``threads`` cores, its per-byte part capped at one pass at the
+        roofline's DRAM bandwidth; None without ``gemm_cold`` points or with ``cache="warm"``."""
+        if self.cache != "cold" or not self._cold_product:
+            return None
+        blend = self._thread_blend(sorted(self._cold_product), threads)
+        seconds = sum(w * self._cold_product[t][0] for t, w in blend)
+        per_byte = sum(w * min(self._cold_product[t][1], 1.0 / self.calibration.model_bandwidth(t)) for t, w in blend)
+        return seconds, per_byte
+
+    def product_in_step_s(self, kernel: Gemm, threads: int, call_share: float, cold_bytes: float) -> float | None:
+        """A traced BLAS product's time when it pays ``call_share`` (0-1) of the cold call's
+        constant and the per-byte cost of ``cold_bytes`` of operands (what ran before it decides
+        both: :mod:`simhpc.trace.product_reuse`); None where :meth:`cold_call_parts` is."""
+        parts = self.cold_call_parts(threads)
+        warm = self._product_time(kernel, threads)
+        if parts is None or warm is None:
+            return None
+        return max(warm + call_share * parts[0] + cold_bytes * parts[1], self.dispatch_floor(threads))
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it).

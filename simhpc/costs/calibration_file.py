@@ -46,13 +46,14 @@ from simhpc.costs.kernels import INTERLEAVED, LAYOUTS
 from simhpc.errors import SimhpcError
 from simhpc.hardware.catalog import Catalog, CatalogError
 from simhpc.hardware.host import (
-    COMMITTED_CALIBRATION,
     HostFacts,
     HostFactsError,
     catalog_entries,
+    default_calibration,
     native_half_types,
 )
 from simhpc.hardware.specs import DTYPE_BITS, HALF_TYPES, CpuSpec, NodeSpec
+from simhpc.units import format_size
 
 SCHEMA = "simhpc-calibration"
 SCHEMA_VERSION = 2
@@ -124,6 +125,15 @@ class Calibration:
         derived = self.derived
         per_core = derived["max_outstanding_misses"] * 64 / derived["memory_latency"]
         return min(derived["memory_bandwidth"], threads * per_core)
+
+    def effective_cache_bytes(self) -> float:
+        """The largest working set the pointer chase read at under half the DRAM latency: what
+        this host's caches hold for one program (the EPYC guests' 8 MiB of a 16-32 MiB L3; the
+        Xeon guest's 16 MiB of the 480 MiB socket L3 it reports). The last-level cache's size
+        without latency points."""
+        latency = self.derived["memory_latency"]
+        held = [row["bytes"] for row in self.rows("latency") if row["latency_s"] < latency / 2]
+        return float(max(held)) if held else float(self.host.last_level_cache)
 
     def gemm_backends(self) -> list[str]:
         """GEMM backends measured (``blas`` of the GEMM rows; ``numpy`` where absent), in a fixed order."""
@@ -238,8 +248,9 @@ def validate(data: Any, source: str) -> Calibration:
 
 
 def load_calibration(path: str | Path | None = None) -> Calibration:
-    """Read and validate a calibration file (default: the committed ``validation/calibration/host.json``)."""
-    source = Path(path) if path is not None else COMMITTED_CALIBRATION
+    """Read and validate a calibration file (default: :func:`~simhpc.hardware.host.default_calibration`,
+    the committed calibration of this kind of machine, else ``validation/calibration/host.json``)."""
+    source = Path(path) if path is not None else default_calibration()
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -269,6 +280,12 @@ def host_warnings(calibration: Calibration, facts: HostFacts, suite_version: int
             f"({ours['cpu_model']!r}, {ours['cores']} cores, {' '.join(ours['isa_flags'])}); differs in "
             f"{', '.join(differs)}. Predictions describe that machine; run 'simhpc calibrate' for this one"
         )
+    elif calibration.host.cache_sizes() != facts.cache_sizes():
+        warnings.append(
+            f"{calibration.source} was measured on another machine of the same model name: its caches "
+            f"({_caches_text(calibration.host)}) differ from this one's ({_caches_text(facts)}). "
+            "Predictions describe that machine; run 'simhpc calibrate' for this one"
+        )
     measured = (calibration.data.get("microbench") or {}).get("suite_version")
     if suite_version is not None and measured != suite_version:
         warnings.append(
@@ -276,6 +293,10 @@ def host_warnings(calibration: Calibration, facts: HostFacts, suite_version: int
             f"the current suite is version {suite_version}; re-run 'simhpc calibrate'"
         )
     return warnings
+
+
+def _caches_text(facts: HostFacts) -> str:
+    return ", ".join(f"{name} {format_size(size)}" for name, size in facts.cache_sizes())
 
 
 def _median(values: list[float], default: float) -> float:

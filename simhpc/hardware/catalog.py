@@ -249,8 +249,8 @@ class Catalog:
 
 @cache
 def builtin_catalog() -> Catalog:
-    """The catalog shipped with simhpc, plus the committed host calibration as CPU ``host`` and
-    node ``host-node`` (when ``validation/calibration/host.json`` is present: see :mod:`.host`)."""
+    """The catalog shipped with simhpc, plus the default calibration's host as CPU ``host`` and
+    node ``host-node`` (when it is present: see :func:`.host.default_calibration`)."""
     with CATALOG_PATH.open(encoding="utf-8") as handle:
         data = yaml.safe_load(handle)
     try:

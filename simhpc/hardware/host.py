@@ -4,12 +4,14 @@
 ``/sys/devices/system/cpu`` (elsewhere it falls back to :mod:`platform` and ``os.cpu_count``).
 :func:`host_catalog_entries` turns the ``host`` and ``derived`` sections of a calibration file
 (``validation/calibration/host.json`` by default, written by ``simhpc calibrate``) into a CPU
-named ``host`` and a node named ``host-node`` for the built-in catalog. This module reads only
+named ``host`` and a node named ``host-node`` for the built-in catalog; :func:`default_calibration`
+picks the committed calibration of the machine simhpc runs on. This module reads only
 those two sections; :mod:`simhpc.costs.calibration_file` owns the whole format.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -19,8 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-COMMITTED_CALIBRATION = Path(__file__).resolve().parents[2] / "validation" / "calibration" / "host.json"
-"""The calibration of the reference machine, committed with the sources (absent in a wheel)."""
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "validation" / "calibration"
+"""The committed calibrations, one per kind of machine measured (absent in a wheel)."""
+COMMITTED_CALIBRATION = CALIBRATION_DIR / "host.json"
+"""The calibration of the reference machine: the default where no committed one matches the host."""
+CALIBRATION_ENV = "SIMHPC_CALIBRATION"
+"""Environment variable naming the calibration file to use by default (overrides the matching)."""
 
 ISA_FLAGS = (
     "sse2",
@@ -133,6 +139,15 @@ class HostFacts:
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a calibration to describe this host."""
         return {"cpu_model": self.cpu_model, "cores": self.cores, "isa_flags": list(self.isa_flags)}
+
+    def cache_sizes(self) -> list[tuple[str, int]]:
+        """(level, bytes) of every cache level: guests of one model name can differ here (an EPYC
+        Zen 2 and a Zen 3 guest both read ``AMD EPYC``, with 16 and 32 MiB of L3)."""
+        return [(cache.name, cache.size) for cache in self.caches]
+
+    def same_machine(self, other: HostFacts) -> bool:
+        """Whether ``other`` is this kind of machine: same fingerprint and cache sizes."""
+        return self.fingerprint() == other.fingerprint() and self.cache_sizes() == other.cache_sizes()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -340,11 +355,39 @@ def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
     return {"cpus": {"host": cpu}, "nodes": {"host-node": node}}
 
 
+@functools.cache
+def _committed_hosts() -> tuple[tuple[Path, HostFacts], ...]:
+    """Every committed calibration with the host it measured (the reference machine's first);
+    files that are not readable calibrations are left out."""
+    paths = sorted(CALIBRATION_DIR.glob("*.json"), key=lambda path: (path != COMMITTED_CALIBRATION, path.name))
+    found = []
+    for path in paths:
+        try:
+            found.append((path, HostFacts.from_dict(json.loads(path.read_text(encoding="utf-8")).get("host"))))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, HostFactsError):
+            continue
+    return tuple(found)
+
+
+def default_calibration(facts: HostFacts | None = None) -> Path:
+    """The calibration used where none is named: the file ``$SIMHPC_CALIBRATION`` names, else the
+    committed calibration of this kind of machine (:meth:`HostFacts.same_machine`), else the
+    reference machine's :data:`COMMITTED_CALIBRATION`."""
+    named = os.environ.get(CALIBRATION_ENV)
+    if named:
+        return Path(named)
+    here = facts or detect_host()
+    for path, measured in _committed_hosts():
+        if measured.same_machine(here):
+            return path
+    return COMMITTED_CALIBRATION
+
+
 def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] | None:
     """Catalog entries (CPU ``host``, node ``host-node``) from a calibration file.
 
     Args:
-        path: the calibration JSON; default :data:`COMMITTED_CALIBRATION`.
+        path: the calibration JSON; default :func:`default_calibration`.
 
     Returns:
         See :func:`catalog_entries`; None when the default file does not exist (an installed wheel).
@@ -352,7 +395,7 @@ def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] 
     Raises:
         HostFactsError: the file exists but is not a readable calibration.
     """
-    source = path or COMMITTED_CALIBRATION
+    source = path or default_calibration()
     if not source.exists():
         if path is None:
             return None

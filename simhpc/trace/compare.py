@@ -29,6 +29,7 @@ from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_bytes
 from simhpc.trace.fresh_memory import fresh_writes
+from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OpRecord, Trace
 
 FRAMEWORK_KINDS = (
@@ -225,6 +226,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
             continue
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
     _dispatch_after_kernels(predictions, model)
+    charge_products(predictions, model, threads)
     _add_first_touch(trace, predictions, model, threads)
     return predictions
 

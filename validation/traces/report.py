@@ -3,7 +3,8 @@
     .venv/bin/python validation/traces/report.py [--calibration FILE] [--blas torch|numpy] [--cache cold|warm]
         [CAPTURE ...]
 
-Defaults: the committed ``validation/calibration/host.json`` and every file in ``captures/``.
+Defaults: the calibration ``simhpc compare`` uses (:func:`simhpc.hardware.host.default_calibration`:
+the committed one of this kind of machine) and every file in ``captures/``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def main() -> None:
 def report() -> None:
     """Parse the arguments and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calibration", type=Path, default=HERE.parent / "calibration" / "host.json")
+    parser.add_argument("--calibration", type=Path, default=None,
+                        help="default: as simhpc compare (the committed calibration of this kind of machine)")
     parser.add_argument("--blas", choices=("torch", "numpy"), default=None, help="default: as simhpc compare")
     parser.add_argument("--cache", choices=("cold", "warm"), default="cold", help="as simhpc compare (default cold)")
     parser.add_argument("captures", nargs="*", type=Path)
