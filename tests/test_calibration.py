@@ -40,7 +40,7 @@ from simhpc.costs.kernels import (
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.hardware import builtin_catalog
-from simhpc.hardware.host import CacheInfo, HostFacts, detect_host, host_catalog_entries
+from simhpc.hardware.host import CacheInfo, HostFacts, HostFactsError, detect_host, host_catalog_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "validation" / "calibration" / "host.json"
@@ -458,6 +458,10 @@ def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
     assert default_calibration(HOST) == COMMITTED_CALIBRATION
     monkeypatch.setenv("SIMHPC_CALIBRATION", "/elsewhere/mine.json")
     assert default_calibration(zen) == Path("/elsewhere/mine.json")
+    with pytest.raises(HostFactsError, match=r"mine.json: no such calibration file \(named by \$SIMHPC_CALIBRATION"):
+        host_catalog_entries()
+    with pytest.raises(CalibrationError, match=r"named by \$SIMHPC_CALIBRATION"):
+        load_calibration()
 
 
 @pytest.mark.parametrize(

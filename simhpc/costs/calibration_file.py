@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from simhpc.costs.kernels import INTERLEAVED, LAYOUTS
 from simhpc.errors import SimhpcError
 from simhpc.hardware.catalog import Catalog, CatalogError
 from simhpc.hardware.host import (
+    CALIBRATION_ENV,
     HostFacts,
     HostFactsError,
     catalog_entries,
@@ -254,7 +256,9 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
-        hint = "" if path is not None else " (run 'simhpc calibrate -o FILE' and pass --calibration FILE)"
+        hint = "" if path is not None else (
+            f" (named by ${CALIBRATION_ENV})" if os.environ.get(CALIBRATION_ENV)
+            else " (run 'simhpc calibrate -o FILE' and pass --calibration FILE)")
         raise CalibrationError(f"{source}: no such calibration file{hint}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise CalibrationError(f"{source}: cannot read calibration ({error})") from None

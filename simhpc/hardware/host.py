@@ -397,9 +397,10 @@ def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] 
     """
     source = path or default_calibration()
     if not source.exists():
-        if path is None:
+        if path is None and not os.environ.get(CALIBRATION_ENV):
             return None
-        raise HostFactsError(f"{source}: no such calibration file")
+        named = "" if path is not None else f" (named by ${CALIBRATION_ENV})"
+        raise HostFactsError(f"{source}: no such calibration file{named}")
     try:
         data = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
