@@ -442,7 +442,8 @@ def test_host_warnings(cal_path: Path) -> None:
 def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each committed calibration is the default on the machine it measured (model, cores, flags and
-    caches all alike); any other machine gets the reference host.json; $SIMHPC_CALIBRATION wins."""
+    caches all alike); another machine gets the most like it (an AVX2 AMD guest with other caches an
+    EPYC's, an unknown AVX-512 Intel CPU the Xeon's host.json); $SIMHPC_CALIBRATION wins."""
     from simhpc.hardware.host import COMMITTED_CALIBRATION, _committed_hosts, default_calibration
 
     monkeypatch.delenv("SIMHPC_CALIBRATION", raising=False)
@@ -454,7 +455,9 @@ def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
         assert not any(facts.same_machine(other) for other in others)
     zen = next(facts for path, facts in committed if path.name.startswith("epyc"))
     bigger_l3 = dataclasses.replace(zen, caches=(*zen.caches[:2], CacheInfo("L3", 256 << 20, 2)))
-    assert default_calibration(bigger_l3) == COMMITTED_CALIBRATION
+    assert default_calibration(bigger_l3).name == "epyc-zen3.json"  # 32 MiB: the nearer L3
+    four_cores = dataclasses.replace(zen, cores=4, cpu_model="AMD EPYC 7B12")
+    assert default_calibration(four_cores) == next(path for path, facts in committed if facts.same_machine(zen))
     assert default_calibration(HOST) == COMMITTED_CALIBRATION
     monkeypatch.setenv("SIMHPC_CALIBRATION", "/elsewhere/mine.json")
     assert default_calibration(zen) == Path("/elsewhere/mine.json")

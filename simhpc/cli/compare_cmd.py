@@ -180,8 +180,8 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     "--calibration",
     type=click.Path(path_type=Path),
     default=None,
-    help="Calibration file (default: $SIMHPC_CALIBRATION, else the committed calibration of this kind of "
-    "machine in validation/calibration/, else host.json there).",
+    help="Calibration file (default: $SIMHPC_CALIBRATION, else the committed calibration in "
+    "validation/calibration/ of this kind of machine, or of the one most like it).",
 )
 @click.option(
     "--against",

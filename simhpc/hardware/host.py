@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
 import re
@@ -369,18 +370,32 @@ def _committed_hosts() -> tuple[tuple[Path, HostFacts], ...]:
     return tuple(found)
 
 
+def _likeness(measured: HostFacts, here: HostFacts) -> tuple[bool, bool, bool, bool, bool, float]:
+    """How much a calibration's host is like this one, most telling first: the same kind of machine;
+    the same vector ISA flags (what the kernels run on); vendor; model name; cores; then cache sizes
+    within the fewest factors of two of each other."""
+    theirs = dict(measured.cache_sizes())
+    apart = sum(abs(math.log2(size / theirs[name])) if name in theirs else 8.0 for name, size in here.cache_sizes())
+    return (measured.same_machine(here), measured.isa_flags == here.isa_flags, measured.vendor == here.vendor,
+            measured.cpu_model == here.cpu_model, measured.cores == here.cores, -apart)
+
+
 def default_calibration(facts: HostFacts | None = None) -> Path:
     """The calibration used where none is named: the file ``$SIMHPC_CALIBRATION`` names, else the
-    committed calibration of this kind of machine (:meth:`HostFacts.same_machine`), else the
-    reference machine's :data:`COMMITTED_CALIBRATION`."""
+    committed calibration of this kind of machine (:meth:`HostFacts.same_machine`), else of the most
+    like it (:func:`_likeness`: an AVX2 AMD guest gets an EPYC's, not the AVX-512 Xeon's), the
+    reference machine's :data:`COMMITTED_CALIBRATION` on ties. ``simhpc compare`` warns when the
+    host differs."""
     named = os.environ.get(CALIBRATION_ENV)
     if named:
         return Path(named)
     here = facts or detect_host()
-    for path, measured in _committed_hosts():
-        if measured.same_machine(here):
-            return path
-    return COMMITTED_CALIBRATION
+    best, best_likeness = COMMITTED_CALIBRATION, None
+    for path, measured in _committed_hosts():  # the reference first: it wins ties
+        likeness = _likeness(measured, here)
+        if best_likeness is None or likeness > best_likeness:
+            best, best_likeness = path, likeness
+    return best
 
 
 def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] | None:
