@@ -949,23 +949,52 @@ def test_products_whose_operands_do_not_contract_are_not_modelled(op, shapes) ->
     assert result.kernel is None and "contracted dimension" in result.reason
 
 
-def test_the_report_says_where_the_thread_count_came_from(tmp_path: Path) -> None:
+def _without_thread_count(capture: Path, folder: Path) -> Path:
     import gzip
 
-    capture = _capture("mlp_t1")
     data = json.loads(gzip.decompress(capture.read_bytes()))
     del data["num_threads"]
-    bare = tmp_path / "bare.json"
+    bare = folder / capture.name.replace(".json.gz", "_bare.json")
     bare.write_text(json.dumps(data))
-    for path, extra, threads, source in ((capture, [], 1, "trace"), (bare, [], None, "host"),
-                                          (bare, ["--threads", "1"], 1, "option")):
+    return bare
+
+
+def test_the_report_says_where_the_thread_count_came_from(tmp_path: Path) -> None:
+    capture = _capture("mlp_t1")
+    bare = _without_thread_count(capture, tmp_path)
+    for path, extra, threads, source in ((capture, [], 1, "trace"), (bare, [], 1, "inferred"),
+                                          (bare, ["--threads", "2"], 2, "option")):
         result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(CALIBRATION), "--json",
                                            "-o", str(tmp_path / source), *extra])
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
-        assert summary["threads_from"] == source
-        if threads is not None:
-            assert summary["threads"] == threads
+        assert summary["threads_from"] == source and summary["threads"] == threads
+
+
+@pytest.mark.parametrize("machine", sorted(MACHINES))
+def test_a_trace_without_its_thread_count_gets_the_one_its_products_fit(machine: str, tmp_path: Path) -> None:
+    """Each committed capture of the issue's models, its num_threads removed, is predicted at the
+    count it recorded, chosen from how its large products' measured times fit the predictions (the
+    Zen 3 guest's 2-thread cnn224 capture, whose convolutions ran at the 1-thread predictions, would
+    be taken for one thread); a trace with too few large products keeps all host cores."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import host_specs, load_calibration
+    from simhpc.trace.readers import read_trace
+    from simhpc.trace.thread_count import infer_threads
+
+    captures, calibration = MACHINES[machine]
+    cal = load_calibration(calibration)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="cold"))
+    for capture in sorted(path for model in ISSUE_MODELS for path in captures.glob(f"{model}_t[12].json.gz")):
+        trace = read_trace(capture)
+        bare = read_trace(_without_thread_count(capture, tmp_path))
+        assert infer_threads(bare, model, cpu, [1, 2]) == trace.metadata["num_threads"], capture.name
+    tiny = parse_trace({"traceEvents": [
+        {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 10, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}},
+    ]}, "tiny")
+    assert infer_threads(tiny, model, cpu, [1, 2]) is None
 
 
 class _StepProducts:

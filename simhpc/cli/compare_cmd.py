@@ -27,6 +27,7 @@ from simhpc.trace.compare import (
     write_ops_csv,
 )
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
+from simhpc.trace.thread_count import infer_threads
 from simhpc.units import format_time
 
 
@@ -65,6 +66,8 @@ _THREADS_FROM = {
     "option": "",
     "trace": "",
     "host": " (all host cores: the trace does not record its thread count; give --threads if it ran on fewer)",
+    "inferred": " (the trace does not record its thread count: the one whose predictions fit its large products "
+                "best; give --threads to set it)",
 }
 
 
@@ -193,7 +196,8 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     "--threads",
     type=int,
     default=None,
-    help="Threads the trace ran on (default: its num_threads metadata, else all host cores).",
+    help="Threads the trace ran on (default: its num_threads metadata, else the count whose predictions fit "
+    "its large products best, else all host cores).",
 )
 @click.option(
     "--blas",
@@ -287,7 +291,12 @@ def command(
             f"--blas {chosen}: {cal.source} has no GEMM points measured through {chosen} "
             f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
         )
-    comparison = compare_trace(trace, CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache)), cpu, used)
+    model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
+    if threads_from == "host":
+        inferred = infer_threads(trace, model, cpu, sorted({*cal.thread_counts("gemm"), cal.host.cores}))
+        if inferred is not None:
+            used, threads_from = inferred, "inferred"
+    comparison = compare_trace(trace, model, cpu, used)
     if comparison.ops_total == 0 or comparison.measured_step_s <= 0:
         skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
         raise CompareError(f"{measured}: nothing to compare, no op of positive duration"

@@ -1,0 +1,50 @@
+"""The intra-op thread count a torch.profiler trace ran with, when the trace does not record it.
+
+A torch.profiler export says nothing of ``torch.get_num_threads()`` (``validation/traces/capture.py``
+adds it as ``num_threads``), and a product on two threads takes about half its one-thread time:
+predicting a one-thread capture at all of a 2-core host's threads put its step 42 % under the
+measured one. :func:`infer_threads` picks, among the thread counts the calibration measured,
+the one whose predictions of the trace's large products (GEMMs and convolutions the model puts at
+``MIN_PRODUCT_S`` or more on one thread, where the parallel speed-up is large and dispatch costs
+negligible) have a median log error nearest zero. This is the one place where ``simhpc compare``
+reads measured durations, to choose a setting, never an op's prediction; the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from simhpc.costs.kernels import Gemm
+from simhpc.costs.model import CostModel, Device
+from simhpc.costs.opmap import kernel_for
+from simhpc.trace.readers import Trace
+
+MIN_PRODUCT_S = 200e-6
+"""Products predicted at least this long on one thread decide the thread count."""
+MIN_PRODUCTS = 3
+"""Fewer such products decide nothing."""
+
+
+def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Sequence[int]) -> int | None:
+    """The count in ``candidates`` whose predictions fit the trace's large products best, or None
+    when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
+    products = []
+    for op in trace.ops:
+        if op.kind not in ("gemm", "conv") or op.self_time <= 0 or (trace.steps and op.step is None):
+            continue
+        strides = op.args.get("Input Strides")
+        kernel = kernel_for(op.name, op.kind, op.shapes, op.dtypes, op.concrete, bool(op.children),
+                            strides if isinstance(strides, list) else None,
+                            [trace.ops[child].name for child in op.children]).kernel
+        if isinstance(kernel, Gemm) and model.duration(kernel, device, 1) >= MIN_PRODUCT_S:
+            products.append((op.self_time, kernel))
+    if len(products) < MIN_PRODUCTS or not candidates:
+        return None
+
+    def misfit(threads: int) -> float:
+        return abs(statistics.median(math.log(measured / model.duration(kernel, device, threads))
+                                     for measured, kernel in products))
+
+    return min(sorted(candidates), key=misfit)
