@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench accuracy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
+
+# Calibrate this machine, capture the four models right after and compare (needs torch: about 4.5 minutes).
+accuracy: $(STAMP)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python validation/traces/fresh_check.py --out runs/accuracy
 
 bench: $(DEV_STAMP)
 	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -1,0 +1,80 @@
+"""The calibrate-then-capture accuracy check in one command (needs torch, like ``capture.py``).
+
+Calibrates this machine, captures the four models at 1 and 2 threads right after, compares every
+capture with that calibration and prints the table and whether each meets the targets (step-time
+error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part. Exits 1 when a
+capture misses a target, 2 when a part fails. About 4.5 minutes on the 2-core reference machines.
+
+    .venv/bin/python validation/traces/fresh_check.py [--out DIR] [--repeat 3] [--target 15]
+
+``DIR`` (default: a new temporary folder) keeps ``calibration.json``, ``captures/`` and
+``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import host_specs, load_calibration
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import compare_trace, default_blas
+from simhpc.trace.readers import read_trace
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(what: str, command: list[str]) -> float:
+    """Run a part; its wall seconds (exit 2 with its output when it fails)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"error: {what} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}", file=sys.stderr)
+        sys.exit(2)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=3, help="captures per model (capture.py --repeat)")
+    parser.add_argument("--target", type=float, default=15.0, help="largest |step error| and GEMM MAPE, %%")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="simhpc-fresh-"))
+    out.mkdir(parents=True, exist_ok=True)
+    calibration, captures = out / "calibration.json", out / "captures"
+    calibrate_s = _run("simhpc calibrate", [sys.executable, "-m", "simhpc", "calibrate", "-o", str(calibration)])
+    capture_s = _run("capture.py", [sys.executable, str(HERE / "capture.py"), "--gzip", "--out", str(captures),
+                                    "--repeat", str(args.repeat)])
+    cal = load_calibration(calibration)
+    cpu, _ = host_specs(cal)
+    lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | meets target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    misses = 0
+    for path in sorted(captures.glob("*.json.gz")):
+        trace = read_trace(path)
+        threads = trace.metadata.get("num_threads") or cal.host.cores
+        model = CostModel(CalibratedEfficiency(cal, blas=default_blas(trace, cal.gemm_backends()), cache="cold"))
+        result = compare_trace(trace, model, cpu, threads)
+        step, gemm = result.step_error_pct, result.kinds.get("gemm", {}).get("mape_pct")
+        meets = step is not None and abs(step) <= args.target and (gemm is None or gemm <= args.target)
+        misses += not meets
+        lines.append(f"| {path.name.split('.')[0]} | {threads} | {result.measured_step_s * 1e3:.1f} ms | "
+                     f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | "
+                     f"{'-' if gemm is None else f'{gemm:.1f} %'} | {'yes' if meets else 'no'} |")
+    lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
+                 f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %")
+    report = "\n".join(lines)
+    (out / "report.md").write_text(report + "\n", encoding="utf-8")
+    print(report)
+    print(f"wrote {out}/calibration.json, {out}/captures/, {out}/report.md")
+    sys.exit(1 if misses else 0)
+
+
+if __name__ == "__main__":
+    main()
