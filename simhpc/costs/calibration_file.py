@@ -251,7 +251,7 @@ def validate(data: Any, source: str) -> Calibration:
 
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """Read and validate a calibration file (default: :func:`~simhpc.hardware.host.default_calibration`,
-    the committed calibration of this kind of machine, else ``validation/calibration/host.json``)."""
+    the committed calibration of this kind of machine, or of the one most like it)."""
     source = Path(path) if path is not None else default_calibration()
     try:
         text = source.read_text(encoding="utf-8")

@@ -3,7 +3,7 @@
 :func:`detect_host` reads Linux's ``/proc/cpuinfo``, ``/proc/meminfo`` and
 ``/sys/devices/system/cpu`` (elsewhere it falls back to :mod:`platform` and ``os.cpu_count``).
 :func:`host_catalog_entries` turns the ``host`` and ``derived`` sections of a calibration file
-(``validation/calibration/host.json`` by default, written by ``simhpc calibrate``) into a CPU
+(written by ``simhpc calibrate``; by default the committed one of this machine) into a CPU
 named ``host`` and a node named ``host-node`` for the built-in catalog; :func:`default_calibration`
 picks the committed calibration of the machine simhpc runs on. This module reads only
 those two sections; :mod:`simhpc.costs.calibration_file` owns the whole format.

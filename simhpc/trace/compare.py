@@ -25,7 +25,7 @@ from typing import Any
 
 from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
-from simhpc.costs.opmap import kernel_for
+from simhpc.costs.opmap import OpKernel, kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_bytes
 from simhpc.trace.fresh_memory import fresh_writes
@@ -178,6 +178,14 @@ def _op_row(prediction: OpPrediction) -> dict[str, Any]:
     }
 
 
+def traced_kernel(trace: Trace, op: OpRecord) -> OpKernel:
+    """The kernel descriptor of a traced op's own work (:func:`~simhpc.costs.opmap.kernel_for`)."""
+    strides = op.args.get("Input Strides")
+    return kernel_for(op.name, op.kind, op.shapes, op.dtypes, op.concrete, bool(op.children),
+                      strides if isinstance(strides, list) else None,
+                      [trace.ops[child].name for child in op.children])
+
+
 def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) -> list[OpPrediction]:
     """A prediction for every framework op of ``trace`` (within its profiler steps, if any).
 
@@ -191,17 +199,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         if op.kind in UNPREDICTED_KINDS:
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, False, UNPREDICTED_KINDS[op.kind]))
             continue
-        strides = op.args.get("Input Strides")
-        result = kernel_for(
-            op.name,
-            op.kind,
-            op.shapes,
-            op.dtypes,
-            op.concrete,
-            bool(op.children),
-            strides if isinstance(strides, list) else None,
-            [trace.ops[child].name for child in op.children],
-        )
+        result = traced_kernel(trace, op)
         if result.kernel is None:
             reason = result.reason
             if not reason and _call_key(op) in own_work:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from simhpc.costs.kernels import Gemm
 from simhpc.costs.model import CostModel, Device
-from simhpc.costs.opmap import kernel_for
+from simhpc.trace.compare import traced_kernel
 from simhpc.trace.readers import Trace
 
 MIN_PRODUCT_S = 200e-6
@@ -34,10 +34,7 @@ def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Se
     for op in trace.ops:
         if op.kind not in ("gemm", "conv") or op.self_time <= 0 or (trace.steps and op.step is None):
             continue
-        strides = op.args.get("Input Strides")
-        kernel = kernel_for(op.name, op.kind, op.shapes, op.dtypes, op.concrete, bool(op.children),
-                            strides if isinstance(strides, list) else None,
-                            [trace.ops[child].name for child in op.children]).kernel
+        kernel = traced_kernel(trace, op).kernel
         if isinstance(kernel, Gemm) and model.duration(kernel, device, 1) >= MIN_PRODUCT_S:
             products.append((op.self_time, kernel))
     if len(products) < MIN_PRODUCTS or not candidates:
