@@ -1090,3 +1090,44 @@ def test_effective_cache_is_what_the_pointer_chase_reads_fast() -> None:
     assert zen2.host.last_level_cache == 16 << 20 and zen2.effective_cache_bytes() == 8 << 20
     without = dataclasses.replace(zen2, data={**zen2.data, "kernels": {**zen2.data["kernels"], "latency": []}})
     assert without.effective_cache_bytes() == 16 << 20
+
+
+def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> None:
+    """A calibration with ``recurrent`` points times an LSTM layer (either pass) at the measured
+    time of its shape; without them, from its products and gates."""
+    data = synthetic()
+
+    def layer(length: int, batch: int, width: int, hidden: int, backward: bool) -> Recurrent:
+        return Recurrent(dtype="fp32", steps=length, batch=batch, width=width, hidden=hidden, backward=backward)
+
+    rows = [{"library": "torch", "dtype": "fp32", "threads": t, "backward": backward, "length": length, "batch": batch,
+             "width": width, "hidden": hidden, "gates": 4,
+             "time_s": layer(length, batch, width, hidden, backward).flops() / (2e9 * t * (1 + backward))}
+            for t in (1, 4) for backward in (False, True) for length in (8, 32) for batch in (8, 32)
+            for width, hidden in ((64, 128), (128, 256))]
+    data["kernels"]["recurrent"] = rows
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "recurrent.json", data), gemm_method="linear")
+    for backward in (False, True):
+        kernel = layer(32, 8, 128, 256, backward)
+        assert efficiency.recurrent_time(kernel, 4) == pytest.approx(kernel.flops() / (8e9 * (1 + backward)),
+                                                                     rel=1e-6)
+    without = CalibratedEfficiency(tmp_calibration(tmp_path / "plain.json", synthetic()), gemm_method="linear")
+    forward = layer(32, 8, 128, 256, False)
+    assert without.recurrent_time(forward, 4) > sum(without.host_time(g, 4) for g in forward.sequence_gemms())
+    data["kernels"]["recurrent"][0].pop("hidden")
+    with pytest.raises(CalibrationError, match=r"kernels\.recurrent\.0\.hidden"):
+        validate(data, "bad.json")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_microbench_recurrent_layer_times_are_milliseconds() -> None:
+    """oneDNN's LSTM layer, forward and backward, on the smallest point: neither a clock error
+    (a microsecond) nor a broken loop (a second); its backward does about twice its work."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    recurrent, timing = load_submodule("recurrent"), load_submodule("timing")
+    shape = recurrent.shapes(quick=True)[0]
+    rows = [recurrent.measure_recurrent(*shape, backward, 1, timing.QUICK) for backward in (False, True)]
+    assert [row["backward"] for row in rows] == [False, True] and rows[0]["length"] == shape[0]
+    assert all(1e-5 < row["time_s"] < 1.0 for row in rows)
+    assert rows[1]["time_s"] > rows[0]["time_s"]

@@ -40,8 +40,11 @@
   (:meth:`CalibratedEfficiency.dispatch_floor`, 1.3 us here: a 4 x 4 x 4 ``torch.mm``).
 - **Fused attention**: its products as one batched GEMM, plus one exponential per score at the
   measured ``exp`` rate of an L1-resident array (the C kernel's: arithmetic inside a fused kernel).
-- **Recurrent layers**: the input projection as one product, one product with the hidden state per
-  step, the gates of each step at the C kernel's ``tanh`` rate.
+- **Recurrent layers**: from the calibration's ``recurrent`` points (suite 19: oneDNN's LSTM layer,
+  forward and backward) where it has them, the layer's FLOPs at the fraction of peak interpolated
+  over (batch, weights per step, steps); else the input projection as one product, one product
+  with the hidden state per step, the gates of each step at the C kernel's ``tanh`` rate (15-28 %
+  over a traced 128 -> 256 layer on the Zen 2 guest).
 - **Threads**: thread counts between two measured ones interpolate the fractions linearly; more
   threads than measured reuse the largest measured count's fractions.
 
@@ -157,6 +160,12 @@ def attention_dims(kernel: Attention) -> tuple[int, int, int, int]:
     return kernel.lq * kernel.lk, kernel.e, 1, kernel.batch * kernel.products
 
 
+def recurrent_dims(kernel: Recurrent) -> tuple[int, int, int, int]:
+    """A recurrent layer as the (m, n, k, batch) of a GEMM surface: the batch, the weights one step
+    multiplies (gates x hidden x (input + hidden) elements), 1, and the steps."""
+    return kernel.batch, kernel.gates * kernel.hidden * (kernel.width + kernel.hidden), 1, kernel.steps
+
+
 def surface_key(layout: str, interleaved: str) -> str:
     """The GEMM surface of products of ``layout`` whose ``interleaved`` operands interleave."""
     return f"{layout}+{interleaved}" if interleaved else layout
@@ -228,6 +237,8 @@ class CalibratedEfficiency:
         """GEMM surfaces by operand layout."""
         self._attention: dict[bool, Surfaces] = defaultdict(dict)
         """Fused-attention surfaces, forward (False) and backward (True)."""
+        self._recurrent: dict[bool, Surfaces] = defaultdict(dict)
+        """Recurrent-layer surfaces (oneDNN's LSTM), forward (False) and backward (True)."""
         self._conv: dict[tuple[str, bool, bool, bool], Surfaces] = defaultdict(dict)
         """Convolution surfaces by pass, whether the convolution is strided, grouped and 1-D."""
         self._curves: dict[tuple[str, ...], Curve] = {}
@@ -269,6 +280,20 @@ class CalibratedEfficiency:
             fused[(backward, row["dtype"], row["threads"])].append({**row, "m": m, "n": n, "k": k, "batch": batch})
         for (backward, dtype, threads), rows in sorted(fused.items()):
             self._attention[backward][(dtype, threads)] = GemmSurface(
+                rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
+            )
+        layers: dict[tuple[bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        for row in cal.rows("recurrent"):
+            backward = bool(row.get("backward", False))
+            measured = Recurrent(dtype=row["dtype"], steps=row["length"], batch=row["batch"], width=row["width"],
+                                 hidden=row["hidden"], gates=row["gates"], backward=backward)
+            m, n, k, batch = recurrent_dims(measured)
+            # the surface's FLOPs are 2 m n k batch: the row's time stands for the layer's own FLOPs
+            scale = 2.0 * m * n * k * batch / measured.flops()
+            layers[(backward, row["dtype"], row["threads"])].append(
+                {**row, "m": m, "n": n, "k": k, "batch": batch, "time_s": row["time_s"] * scale})
+        for (backward, dtype, threads), rows in sorted(layers.items()):
+            self._recurrent[backward][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         # Memory-bound curves: seconds per byte of the descriptor's traffic vs working set.
@@ -564,9 +589,15 @@ class CalibratedEfficiency:
         return products + per_block * kernel.exponentials / block.n
 
     def recurrent_time(self, kernel: Recurrent, threads: int) -> float | None:
-        """A recurrent layer: its products timed as BLAS products (the per-step ones one after
-        another), plus the gate nonlinearities of each step at the measured ``tanh`` rate of an
-        array of one step's gates."""
+        """A recurrent layer: from the calibration's ``recurrent`` points of its pass where it has
+        them (oneDNN's LSTM layer: its FLOPs at the interpolated fraction of peak the layer reached);
+        else its products timed as BLAS products (the per-step ones one after another), plus the
+        gate nonlinearities of each step at the measured ``tanh`` rate of an array of one step's
+        gates."""
+        fraction = self._blended_fraction([self._recurrent.get(kernel.backward, {})], kernel.dtype, threads,
+                                          recurrent_dims(kernel))
+        if fraction is not None:
+            return kernel.flops() / (fraction * self.calibration.peak_flops(kernel.dtype, threads))
         products = [self.host_time(gemm, threads) for gemm in kernel.sequence_gemms()]
         step = self._product_time(kernel.step_gemm(), threads)  # back to back: operands stay in cache
         if step is None or None in products:

@@ -11,7 +11,7 @@ A JSON object::
      "derived": {"clock_hz", "vector_bits", "fma_units", "peak_flops_per_core": {dtype: FLOP/s},
                  "memory_bandwidth", "core_bandwidth", "memory_latency", "max_outstanding_misses",
                  "cache_latency": {"L1D": s, ...}},
-     "kernels": {"gemm": [rows], "gemm_cold": [...], "attention": [...], "elementwise": [...],
+     "kernels": {"gemm": [rows], "gemm_cold": [...], "attention": [...], "recurrent": [...], "elementwise": [...],
                  "reduction": [...], "bandwidth": [...],
                  "permute": [...], "conv": [...], "framework": [...], "latency": [...], "stencil": [...],
                  "hash_probe": [...]}}
@@ -70,6 +70,8 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "bandwidth": {"op": str, "threads": int, "bytes": int, "time_s": float},
     "permute": {"dtype": str, "threads": int, "run": int, "bytes": int, "time_s": float},
     "attention": {"dtype": str, "threads": int, "batch": int, "lq": int, "lk": int, "e": int, "time_s": float},
+    "recurrent": {"dtype": str, "threads": int, "length": int, "batch": int, "width": int, "hidden": int,
+                  "gates": int, "time_s": float},
     "gemm_cold": {"dtype": str, "threads": int, "m": int, "n": int, "k": int, "time_s": float, "warm_s": float},
     "conv": {"dtype": str, "threads": int, "direction": str, "m": int, "n": int, "k": int, "passes": int,
              "time_s": float},

@@ -12,10 +12,24 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import attention, conv, dispatch, framework, gemm, hashprobe, latency, pages, permute, stencil, streams, timing
+from . import (
+    attention,
+    conv,
+    dispatch,
+    framework,
+    gemm,
+    hashprobe,
+    latency,
+    pages,
+    permute,
+    recurrent,
+    stencil,
+    streams,
+    timing,
+)
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 18
+SUITE_VERSION = 19
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -77,6 +91,13 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                     call = partial(attention.measure_attention, heads, length, e, backward, t, budget)
                     name = "backward" if backward else "forward"
                     tasks.append(Task("attention", f"attention {name} {t}t {heads}x{length}x{e}", call))
+    if recurrent.available():
+        for t in threads:
+            for shape in recurrent.shapes(quick):
+                for backward in (False, True):
+                    call = partial(recurrent.measure_recurrent, *shape, backward, t, budget)
+                    name = "backward" if backward else "forward"
+                    tasks.append(Task("recurrent", f"recurrent {name} {t}t {'x'.join(map(str, shape))}", call))
     if framework.available():
         for what in dispatch.WHAT:
             tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
