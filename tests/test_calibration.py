@@ -658,9 +658,9 @@ def test_microbench_repeats_give_way_to_the_deadline() -> None:
 
 
 def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
-    """Points sample for their whole minimum time while the first round, projected at its pace,
-    ends by 90 % of the deadline; behind that, in proportion, never below a fifth; and the
-    sampling time is whole again once the run ends."""
+    """Points get their whole budget while the first round, projected at its pace, ends by 90 % of
+    the deadline; behind that, a share in proportion, never below a tenth: less sampling time,
+    shorter samples, fewer repeats (at least 3); and the whole budget again once the run ends."""
     from simhpc.costs.benchsuite import load_submodule
 
     runner, timing = load_submodule("runner"), load_submodule("timing")
@@ -670,14 +670,18 @@ def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
     seen = []
 
     def point() -> dict:
-        seen.append(timing._min_time(timing.FULL))
+        seen.append(timing.paced(timing.FULL))
         time.sleep(0.01)
         return {"time_s": 1.0}
 
     tasks = [runner.Task("gemm", f"p{i}", point) for i in range(20)]
     runner.run(tasks, deadline_s=0.05)  # 0.2 s of points against 0.045 s: behind from the start
-    assert seen[0] == timing.FULL.min_time_s and seen[-1] == pytest.approx(runner.PACE_FLOOR * timing.FULL.min_time_s)
-    assert timing._min_time(timing.FULL) == timing.FULL.min_time_s
+    assert seen[0] == timing.FULL
+    slowest = seen[-1]
+    assert slowest.min_time_s == pytest.approx(runner.PACE_FLOOR * timing.FULL.min_time_s)
+    assert slowest.repeats == 3 and slowest.long_repeats == 2
+    assert slowest.sample_time_s == pytest.approx(timing.FULL.sample_time_s / 4)
+    assert timing.paced(timing.FULL) == timing.FULL
 
 
 @pytest.mark.skipif(

@@ -205,16 +205,16 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
     return tasks
 
 
-PACE_FLOOR = 0.2
-"""The least fraction of its sampling time a point gets when a run falls behind its deadline."""
+PACE_FLOOR = 0.1
+"""The least share of its budget a point gets when a run falls behind its deadline."""
 FIRST_ROUND_SHARE = 0.9
 """The first round (every point once) should end by this fraction of the deadline."""
 
 
 def _pace(elapsed: float, done: int, total: int, deadline_s: float) -> float:
-    """The fraction of their sampling time the remaining first-round points get: 1 while the
-    round, projected at its pace so far, ends by ``FIRST_ROUND_SHARE`` of the deadline; less,
-    down to ``PACE_FLOOR``, in proportion to how far behind it is."""
+    """The share of their budget (:func:`~.timing.paced`) the remaining first-round points get: 1
+    while the round, projected at its pace so far, ends by ``FIRST_ROUND_SHARE`` of the deadline;
+    less, down to ``PACE_FLOOR``, in proportion to how far behind it is."""
     projected = elapsed * total / max(done, 1)
     target = FIRST_ROUND_SHARE * deadline_s
     if projected <= target:

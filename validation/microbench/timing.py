@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -36,17 +37,26 @@ FULL = Budget()
 QUICK = Budget(warmup=1, repeats=3, min_time_s=0.0, sample_time_s=2e-4, max_repeats=3, long_repeats=3)
 
 _pace = [1.0]
-"""The fraction of ``min_time_s`` every point samples for (1 unless a run is falling behind)."""
+"""The share of its budget every point gets (1 unless a run is falling behind its deadline)."""
 
 
 def set_pace(fraction: float) -> None:
-    """Sample each point for ``fraction`` of its budget's ``min_time_s`` (its ``repeats`` samples
-    stay the minimum): how :func:`~.runner.run` keeps a slow machine's run within its deadline."""
+    """Give each point ``fraction`` of its budget (:func:`paced`): how :func:`~.runner.run` keeps a
+    slow machine's run within its deadline."""
     _pace[0] = min(1.0, max(0.0, fraction))
 
 
-def _min_time(budget: Budget) -> float:
-    return budget.min_time_s * _pace[0]
+def paced(budget: Budget) -> Budget:
+    """``budget`` at the current pace: its minimum sampling time scaled by the pace, its samples'
+    length by the pace but at least a quarter, its repeats by the pace but at least 3 (2 for long
+    calls); the budget itself at pace 1."""
+    pace = _pace[0]
+    if pace >= 1.0:
+        return budget
+    return replace(budget, min_time_s=budget.min_time_s * pace,
+                   sample_time_s=budget.sample_time_s * max(pace, 0.25),
+                   repeats=min(budget.repeats, max(3, math.ceil(budget.repeats * pace))),
+                   long_repeats=min(budget.long_repeats, max(2, math.ceil(budget.long_repeats * pace))))
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ def summarize(per_call: list[float], calls: int) -> Measurement:
 
 def measure_python(call: Callable[[], object], budget: Budget) -> Measurement:
     """Time a Python callable (a numpy GEMM) with ``perf_counter``."""
+    budget = paced(budget)
     for _ in range(budget.warmup):
         call()
     start = time.perf_counter()
@@ -93,7 +104,7 @@ def measure_python(call: Callable[[], object], budget: Budget) -> Measurement:
     repeats = budget.long_repeats if first > budget.long_call_s else budget.repeats
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < repeats or (spent < _min_time(budget) and len(samples) < budget.max_repeats):
+    while len(samples) < repeats or (spent < budget.min_time_s and len(samples) < budget.max_repeats):
         start = time.perf_counter()
         for _ in range(calls):
             call()
@@ -115,6 +126,7 @@ def measure_cold(run: Callable[[int], float], flush: Callable[[], object], budge
 
 def measure_native(run: Callable[[int], float], budget: Budget) -> Measurement:
     """Time a C kernel: ``run(reps)`` executes it ``reps`` times and returns elapsed seconds."""
+    budget = paced(budget)
     for _ in range(budget.warmup):
         run(1)
     first = max(run(1), 1e-9)
@@ -122,7 +134,7 @@ def measure_native(run: Callable[[int], float], budget: Budget) -> Measurement:
     repeats = budget.long_repeats if first > budget.long_call_s else budget.repeats
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < repeats or (spent < _min_time(budget) and len(samples) < budget.max_repeats):
+    while len(samples) < repeats or (spent < budget.min_time_s and len(samples) < budget.max_repeats):
         elapsed = run(calls)
         spent += elapsed
         samples.append(elapsed / calls)
