@@ -20,11 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from simhpc.costs.calibration import CalibratedEfficiency
-from simhpc.costs.calibration_file import host_specs, load_calibration
-from simhpc.costs.model import CostModel
-from simhpc.trace.compare import compare_trace, default_blas
-from simhpc.trace.readers import read_trace
+from report import compare_captures  # this folder's report.py (the script's folder is on sys.path)
+
+from simhpc.costs.calibration_file import load_calibration
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,15 +50,10 @@ def main() -> None:
     capture_s = _run("capture.py", [sys.executable, str(HERE / "capture.py"), "--gzip", "--out", str(captures),
                                     "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
-    cpu, _ = host_specs(cal)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | meets target |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
-    for path in sorted(captures.glob("*.json.gz")):
-        trace = read_trace(path)
-        threads = trace.metadata.get("num_threads") or cal.host.cores
-        model = CostModel(CalibratedEfficiency(cal, blas=default_blas(trace, cal.gemm_backends()), cache="cold"))
-        result = compare_trace(trace, model, cpu, threads)
+    for path, threads, _, result in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
         step, gemm = result.step_error_pct, result.kinds.get("gemm", {}).get("mape_pct")
         meets = step is not None and abs(step) <= args.target and (gemm is None or gemm <= args.target)
         misses += not meets

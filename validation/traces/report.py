@@ -11,16 +11,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from simhpc.costs.calibration import CalibratedEfficiency
-from simhpc.costs.calibration_file import host_specs, load_calibration
+from simhpc.costs.calibration_file import Calibration, host_specs, load_calibration
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
-from simhpc.trace.compare import compare_trace, default_blas
+from simhpc.trace.compare import Comparison, compare_trace, default_blas
 from simhpc.trace.readers import read_trace
 
 HERE = Path(__file__).resolve().parent
+
+
+def compare_captures(cal: Calibration, captures: Iterable[Path], blas: str | None = None,
+                     cache: str = "cold") -> Iterator[tuple[Path, int, str, Comparison]]:
+    """(capture, threads, BLAS, comparison) of every capture against ``cal``: at the capture's
+    recorded thread count (all calibrated cores without one), with ``simhpc compare``'s BLAS
+    unless ``blas`` is given."""
+    cpu, _ = host_specs(cal)
+    models: dict[str, CostModel] = {}
+    for path in captures:
+        trace = read_trace(path)
+        threads = trace.metadata.get("num_threads") or cal.host.cores
+        chosen = blas or default_blas(trace, cal.gemm_backends())
+        if chosen not in models:
+            models[chosen] = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
+        yield path, threads, chosen, compare_trace(trace, models[chosen], cpu, threads)
 
 
 def main() -> None:
@@ -41,21 +58,13 @@ def report() -> None:
     parser.add_argument("captures", nargs="*", type=Path)
     args = parser.parse_args()
     cal = load_calibration(args.calibration)
-    cpu, _ = host_specs(cal)
-    models: dict[str, CostModel] = {}
     captures = args.captures or sorted((HERE / "captures").glob("*.json*"))
     print(
         "| capture | threads | BLAS | measured step | predicted step | step error | GEMM MAPE (ops) "
         "| conv MAPE (ops) | ops modelled |"
     )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for path in captures:
-        trace = read_trace(path)
-        threads = trace.metadata.get("num_threads") or cal.host.cores
-        blas = args.blas or default_blas(trace, cal.gemm_backends())
-        if blas not in models:
-            models[blas] = CostModel(CalibratedEfficiency(cal, blas=blas, cache=args.cache))
-        result = compare_trace(trace, models[blas], cpu, threads)
+    for path, threads, blas, result in compare_captures(cal, captures, args.blas, args.cache):
         name = path.name.split(".")[0]
         step = "-" if result.step_error_pct is None else f"{result.step_error_pct:+.1f} %"
         cells = []
