@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,8 @@ def test_pooling_and_random_fills_count_the_bytes_they_move() -> None:
     forward = kernel_for("aten::max_pool2d_with_indices", "pool", [[64, 16, 32, 32], [], [], [], [], []], types,
                          concrete, False).kernel
     image, pooled = 64 * 16 * 32 * 32 * 4, 64 * 16 * 16 * 16 * 4
-    assert forward == FrameworkOp(dtype="fp32", op="max_pool2d_with_indices", nbytes=image + 3 * pooled)
+    assert forward == FrameworkOp(dtype="fp32", op="max_pool2d_with_indices", nbytes=image + 3 * pooled,
+                                  window=9, outputs=pooled // 4, inputs=image // 4)
     backward = kernel_for(
         "aten::max_pool2d_with_indices_backward", "pool",
         [[64, 16, 16, 16], [64, 16, 32, 32], [], [], [], [], [], [64, 16, 16, 16]],
@@ -104,14 +106,41 @@ def test_a_channels_last_pool_is_its_own_op() -> None:
     nhwc = [[16384, 1, 512, 16], [], [], [], [], []]
     nchw_kernel = kernel_for("aten::max_pool2d_with_indices", "pool", shapes, types, concrete, False).kernel
     nhwc_kernel = kernel_for("aten::max_pool2d_with_indices", "pool", shapes, types, concrete, False, nhwc).kernel
-    assert nhwc_kernel == FrameworkOp(dtype="fp32", op="max_pool2d_with_indices@channels_last",
-                                      nbytes=nchw_kernel.bytes())
+    assert nhwc_kernel == replace(nchw_kernel, op="max_pool2d_with_indices@channels_last")
     data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
     assert efficiency.host_time(nhwc_kernel, 1) < efficiency.host_time(nchw_kernel, 1) / 3
     data["kernels"]["framework"] = [r for r in data["kernels"]["framework"] if "@" not in r["op"]]
     without = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
     assert without.host_time(nhwc_kernel, 1) == pytest.approx(without.host_time(nchw_kernel, 1))
+
+
+def test_a_pool_costs_what_its_window_and_stride_make_it_load() -> None:
+    """The calibration times one window per pool (a 3x3 stride-2 max pool): the same image under
+    a 2x2 stride-2 window (the same bytes, fewer loads per output) costs less, under a 3x3 stride-1
+    window (four times the outputs) more than its bytes alone say, and the calibrated window
+    costs exactly what its points say."""
+    from simhpc.costs.calibration import CalibratedEfficiency, pool_work
+    from simhpc.costs.calibration_file import validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
+
+    efficiency = CalibratedEfficiency(validate(json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8")),
+                                               "cal.json"), blas="torch")
+    types = ["float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+
+    def pool(window: int, stride: int, padding: int) -> FrameworkOp:
+        concrete = ["", f"[{window}, {window}]", f"[{stride}, {stride}]", f"[{padding}, {padding}]", "[1, 1]", ""]
+        return kernel_for("aten::max_pool2d_with_indices", "pool", [[64, 16, 32, 32], [], [], [], [], []], types,
+                          concrete, False).kernel
+
+    calibrated, small, dense = pool(3, 2, 1), pool(2, 2, 0), pool(3, 1, 1)
+    assert small.bytes() == calibrated.bytes() and dense.outputs == 4 * calibrated.outputs
+    time = {kernel: efficiency.host_time(kernel, 1) for kernel in (calibrated, small, dense)}
+    assert time[calibrated] == pytest.approx(efficiency.host_time(replace(calibrated, window=0), 1))
+    assert time[small] / time[calibrated] == pytest.approx(pool_work(4, small.outputs, small.inputs)
+                                                          / pool_work(9, calibrated.outputs, calibrated.inputs))
+    by_bytes = efficiency.host_time(replace(dense, window=0), 1)
+    assert time[dense] > 1.4 * by_bytes
 
 
 def test_names() -> None:

@@ -261,11 +261,16 @@ class FrameworkOp(Kernel):
     of the same ``op`` by the bytes it moves: windowed pooling (``max_pool2d_with_indices``,
     ``avg_pool2d`` and their backwards) and random fills (``bernoulli``, ``uniform``, ``normal``).
 
-    ``nbytes``: bytes read and written, int64 pooling indices included.
+    ``nbytes``: bytes read and written, int64 pooling indices included. A pooling forward also
+    carries its geometry, since its loop's work is not its bytes: ``window`` (the input elements
+    each output reads), ``outputs`` and ``inputs`` (elements); 0 for other ops.
     """
 
     op: str = ""
     nbytes: float = 0.0
+    window: int = 0
+    outputs: int = 0
+    inputs: int = 0
 
     kind = "framework"
 

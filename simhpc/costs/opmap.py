@@ -489,7 +489,9 @@ def _pool(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any], st
         sides.append(max(0, (side + 2 * pad - spread * (window - 1) - 1) // step + 1))
     outputs = _numel(source[:-2]) * sides[0] * sides[1]
     indices = 8 * outputs if op.startswith("max") else 0
-    return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + outputs) * size + indices))
+    area = _per_axis(kernel, 0) * _per_axis(kernel, 1)
+    return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + outputs) * size + indices,
+                                window=area, outputs=outputs, inputs=_numel(source)))
 
 
 def _contiguous_run(shape: list[int], strides: Any) -> int:
