@@ -40,7 +40,14 @@ from simhpc.costs.kernels import (
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.hardware import builtin_catalog
-from simhpc.hardware.host import CacheInfo, HostFacts, HostFactsError, detect_host, host_catalog_entries
+from simhpc.hardware.host import (
+    COMMITTED_CALIBRATION,
+    CacheInfo,
+    HostFacts,
+    HostFactsError,
+    detect_host,
+    host_catalog_entries,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "validation" / "calibration" / "host.json"
@@ -272,6 +279,14 @@ def test_layout_changing_copies_interpolate_in_the_run(cal_path: Path) -> None:
     # longer runs than measured take the longest run's rate; a streaming copy is not a permute
     assert model.duration(Copy(nbytes=nbytes, run=4096), cpu, 1) == pytest.approx(2 * nbytes / 16e9, rel=1e-6)
     assert model.duration(Copy(nbytes=nbytes), cpu, 1) != model.duration(Copy(nbytes=nbytes, run=1), cpu, 1)
+    # below the smallest measured tensor a copy runs at its rate (a recurrent cell's 8 KiB gate
+    # copies are not 512 KiB ones), no faster than the cheapest ATen call
+    committed = CalibratedEfficiency(load_calibration(COMMITTED_CALIBRATION), blas="torch")
+    smallest = min(row["bytes"] for row in committed.calibration.rows("permute"))
+    at_smallest = committed.host_time(Copy(nbytes=smallest / 2, run=128), 1)
+    small = committed.host_time(Copy(nbytes=smallest / 128, run=128), 1)
+    assert small == pytest.approx(max(at_smallest / 64, committed.dispatch_floor(1)), rel=1e-6)
+    assert small < at_smallest / 10
     # a calibration without layout-changing copies does not cover them
     data = synthetic()
     del data["kernels"]["permute"]

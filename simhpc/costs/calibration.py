@@ -18,10 +18,12 @@
 - **Memory-bound kernels** (elementwise, reduction, copy, layout-changing copy, stencil, hash probe): the measured time
   interpolated over the working set (log-log PCHIP, clamped to the measured range), expressed as a
   fraction of the bandwidth the roofline gives the same number of cores. A streaming kernel smaller
-  than the smallest measured array takes as long as that array did (a floor, not a rate). A
-  layout-changing copy (``Copy.run > 0``) interpolates between the curves of the two measured runs
-  nearest its own (log-log in the run). With ``cache="cold"`` an elementwise or reduction kernel
-  (and a layout-changing copy, pooling or random fill) takes at least what the cold ``add``/``sum``
+  than the smallest measured array (a few KiB) takes as long as that array did (a floor, not a
+  rate). A layout-changing copy (``Copy.run > 0``) interpolates between the curves of the two
+  measured runs nearest its own (log-log in the run); below their smallest tensor (512 KiB) it
+  runs at that tensor's rate, no faster than the cheapest measured ATen call. With
+  ``cache="cold"`` an elementwise or reduction kernel (and a layout-changing copy, pooling or
+  random fill) takes at least what the cold ``add``/``sum``
   points (single calls after a cache flush) give its bytes: a framework op inside a training
   step finds its operands out of cache. A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
@@ -137,6 +139,8 @@ their own: a log-softmax is a softmax's max, exponential-and-sum and normalising
 gradient one exponential per element besides a sum."""
 OWN_OP_ONLY = ("framework",)
 """Sections whose kernels are timed only from their very op's points (no other op stands in)."""
+AT_SMALLEST_RATE = ("framework", "permute")
+"""Sections measured from hundreds of KiB up: below, a kernel runs at the smallest size's rate."""
 STREAMING = ("elementwise", "reduction", "bandwidth", "permute", "framework")
 COLD = "@cold"
 """Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
@@ -525,10 +529,11 @@ class CalibratedEfficiency:
         blend = self._thread_blend(counts, threads)
         smallest = min(self._smallest[(section, op, dtype, str(t))] for t, _ in blend)
         floor = 0.0
-        if section in OWN_OP_ONLY and working < smallest:
-            # A framework op is measured from a few hundred KiB up, where its bytes set the time:
-            # below, it runs at its smallest size's rate, no faster than the cheapest measured
-            # ATen call (dispatch and loop start-up).
+        if section in AT_SMALLEST_RATE and working < smallest:
+            # A framework op or a layout-changing copy is measured from a few hundred KiB up, where
+            # its bytes set the time: below, it runs at its smallest size's rate, no faster than
+            # the cheapest measured ATen call (dispatch and loop start-up). (A recurrent cell's
+            # 8 KiB strided gate copies took 1.4 us, the 512 KiB point's time was 18 us.)
             floor = self.dispatch_floor(threads)
             working = smallest
         elif section in STREAMING and working < smallest:
