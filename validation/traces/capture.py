@@ -11,7 +11,7 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
-``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224`` captures the extra models
+``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224,lenet,gru`` captures the extra models
 (``EXTRA_MODELS``), whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast;
 ``cnn224``: ImageNet-sized activations, written into freshly mapped memory every step).
 
@@ -178,9 +178,39 @@ def cnn224() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]]
     return model, lambda: (x, y), nn.functional.cross_entropy
 
 
+def lenet() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: the tutorial CNN's shape, 5x5 convolutions and 2x2 max pools (windows
+    the calibration does not time), 3 -> 32 -> 64 channels on 32 x 3 x 64 x 64 images, two linear layers."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 16 * 16, 256), nn.ReLU(), nn.Linear(256, 10),
+    )
+    x, y = torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
+class _GatedRecurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64)
+        self.gru = nn.GRU(64, 128, batch_first=True)
+        self.head = nn.Linear(128, 4)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.gru(self.embed(tokens))
+        return self.head(hidden[:, -1])
+
+
+def gru() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a 128-wide GRU over 16 sequences of 32 tokens, which ATen runs as
+    separate small products and gate ops per time step (no fused kernel), and a 4-way head."""
+    x, y = torch.randint(0, 1000, (16, 32)), torch.randint(0, 4, (16,))
+    return _GatedRecurrent(), lambda: (x, y), nn.functional.cross_entropy
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
 EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16,
-                "cnn224": cnn224}
+                "cnn224": cnn224, "lenet": lenet, "gru": gru}
 """Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 
