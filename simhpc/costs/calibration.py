@@ -23,9 +23,9 @@
   measured runs nearest its own (log-log in the run); below their smallest tensor (512 KiB) it
   runs at that tensor's rate, no faster than the cheapest measured ATen call. With
   ``cache="cold"`` an elementwise or reduction kernel (and a layout-changing copy, pooling or
-  random fill) takes at least what the cold ``add``/``sum``
-  points (single calls after a cache flush) give its bytes: a framework op inside a training
-  step finds its operands out of cache. A BLAS product then also pays what its ``gemm_cold``
+  random fill) takes at least what the cold ``add``/``sum`` points (single calls after a cache
+  flush) give its bytes: a framework op inside a training step finds its operands out of cache.
+  A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
   BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us
   a call plus 16-26 us per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's
@@ -35,6 +35,8 @@
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
   measured time per byte of the very op (torch points of the ``framework`` section) over bytes
   moved, like the memory-bound kernels; not covered when the calibration did not measure the op.
+  A pooling forward of another window or stride than the measured one is scaled by its work per
+  byte against the measured one's (:func:`pool_work`).
   Below the op's smallest measured size (32 KiB to 1 MiB) it runs at that size's rate, no faster
   than the cheapest measured ATen call. With ``blas="torch"`` (a torch trace) an elementwise
   op with torch points of its own name (ATen's ``gelu``, ``tanh``, ... ) is timed from them rather

@@ -111,21 +111,24 @@ def resnetish() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tenso
 
 
 class _Recurrent(nn.Module):
-    def __init__(self) -> None:
+    """Embedded tokens through a recurrent ``layer`` (``nn.LSTM``, ``nn.GRU``), its last step's
+    state into a ``classes``-way head."""
+
+    def __init__(self, layer: type[nn.Module], words: int, width: int, hidden: int, classes: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(5000, 128)
-        self.lstm = nn.LSTM(128, 256, batch_first=True)
-        self.head = nn.Linear(256, 2)
+        self.embed = nn.Embedding(words, width)
+        self.layer = layer(width, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        hidden, _ = self.lstm(self.embed(tokens))
+        hidden, _ = self.layer(self.embed(tokens))
         return self.head(hidden[:, -1])
 
 
 def lstm() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
     """Not a default model: an embedding, a 256-wide LSTM over 32 sequences of 64 tokens, a 2-way head."""
     x, y = torch.randint(0, 5000, (32, 64)), torch.randint(0, 2, (32,))
-    return _Recurrent(), lambda: (x, y), nn.functional.cross_entropy
+    return _Recurrent(nn.LSTM, 5000, 128, 256, 2), lambda: (x, y), nn.functional.cross_entropy
 
 
 def mlp_ln() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
@@ -189,23 +192,11 @@ def lenet() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]],
     return model, lambda: (x, y), nn.functional.cross_entropy
 
 
-class _GatedRecurrent(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(1000, 64)
-        self.gru = nn.GRU(64, 128, batch_first=True)
-        self.head = nn.Linear(128, 4)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        hidden, _ = self.gru(self.embed(tokens))
-        return self.head(hidden[:, -1])
-
-
 def gru() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
     """Not a default model: a 128-wide GRU over 16 sequences of 32 tokens, which ATen runs as
     separate small products and gate ops per time step (no fused kernel), and a 4-way head."""
     x, y = torch.randint(0, 1000, (16, 32)), torch.randint(0, 4, (16,))
-    return _GatedRecurrent(), lambda: (x, y), nn.functional.cross_entropy
+    return _Recurrent(nn.GRU, 1000, 64, 128, 4), lambda: (x, y), nn.functional.cross_entropy
 
 
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
