@@ -27,7 +27,7 @@ from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import OpKernel, kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
-from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_bytes
+from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_footprint
 from simhpc.trace.fresh_memory import fresh_writes
 from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OpRecord, Trace
@@ -262,9 +262,9 @@ def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
 def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
     """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
     cold by the bytes the top-level op before it moved (:mod:`simhpc.trace.framework_costs`)."""
-    moved = subtree_bytes(trace, {p.op.index: p.kernel.bytes() for p in predictions if p.kernel is not None})
     top = in_time_order(op for op in trace.ops if op.kind in FRAMEWORK_KINDS
                         and (op.step is not None or not trace.steps) and outermost(trace, op))
+    moved = subtree_footprint(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None}, top)
     total, before = 0.0, math.inf
     for op in top:
         total += cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
