@@ -173,3 +173,26 @@ def test_the_report_states_the_page_faults_it_predicts(tmp_path: Path) -> None:
     as_json = runner.invoke(main, [*arguments, "--json", "-o", str(tmp_path / "json")], catch_exceptions=False)
     summary = json.loads(as_json.stdout)
     assert summary["first_touch_s"] == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+
+
+def test_a_trace_without_its_allocator_settings_states_the_heap_faults_it_may_hide(tmp_path: Path) -> None:
+    """Heap blocks of 1 to 32 MiB are not charged, but a trace that does not record its malloc
+    settings reports what they would cost if all came fresh (and a note when that is 5 % of its
+    step or more); a capture by ``validation/traces/capture.py`` (``simhpc_capture``) does not."""
+    step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000,
+            "cat": "user_annotation"}
+    events = [step, _op("aten::clamp_min", 11, 9_000, [SMALL, []], ["float", "Scalar"], ["", "0"]),
+              _op("aten::clamp_min", 9_100, 10, [[16, 16], []], ["float", "Scalar"], ["", "0"])]
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(_calibration_data()))
+    runner = CliRunner()
+    for name, metadata, exposed in (("plain", {}, _pages(SMALL) * PER_PAGE_S),
+                                    ("captured", {"simhpc_capture": {"model": "x"}}, None)):
+        trace = tmp_path / f"{name}.json"
+        trace.write_text(json.dumps({"traceEvents": events, **metadata}))
+        arguments = ["compare", str(trace), "--threads", "1", "--calibration", str(calibration)]
+        summary = json.loads(runner.invoke(main, [*arguments, "--json", "-o", str(tmp_path / name)]).stdout)
+        assert summary["heap_faults_if_fresh_s"] == (exposed if exposed is None else pytest.approx(exposed))
+        assert summary["first_touch_s"] == 0
+        text = runner.invoke(main, [*arguments, "-o", str(tmp_path / f"{name}-text")]).output
+        assert ("heap trims" in " ".join(text.split())) == (exposed is not None)

@@ -41,6 +41,8 @@ def _fmt(seconds: float | None) -> str:
 
 MAX_THREADS = 4096
 """Most threads a trace may say it ran on (a larger count is a corrupt file, not a CPU)."""
+HEAP_NOTE_SHARE = 0.05
+"""Note the heap page faults a trace may hide when they could reach this share of its step."""
 
 
 def _pct(value: float | None) -> str:
@@ -98,6 +100,13 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing tensors of 32 MiB or more, which malloc maps afresh (in the ops' predictions)"
+        )
+    exposed = comparison.heap_faults_if_fresh_s
+    if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:
+        console.print(
+            f"note: the trace does not say how its process's malloc was set; with glibc's defaults, tensors of "
+            f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
+            "page faults if all were, not predicted (validation/traces/capture.py keeps freed memory)"
         )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE"):

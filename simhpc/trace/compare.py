@@ -28,7 +28,7 @@ from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import OpKernel, kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_footprint
-from simhpc.trace.fresh_memory import fresh_writes
+from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
 from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OpRecord, Trace
 
@@ -96,6 +96,12 @@ class Comparison:
     """Predicted time per step between top-level ops: for each, the calibration's profiled gap
     between two ops the autograd engine calls (``engine_gap``) or Python does (``call_gap``);
     part of ``predicted_step_s``."""
+    heap_faults_if_fresh_s: float | None = None
+    """Per step, the page faults of every heap block of 1 to 32 MiB an op writes first
+    (:func:`~simhpc.trace.fresh_memory.heap_writes`) if all came fresh, at the calibrated fault
+    cost; not in ``predicted_step_s``. What glibc's default settings expose a step to (a plain
+    process's measured excess is of this order: validation/README.md); None where the trace records
+    its allocator settings."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
@@ -149,6 +155,7 @@ class Comparison:
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
             "call_gaps_s": self.call_gaps_s,
+            "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
@@ -285,6 +292,18 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         prediction.predicted_s += prediction.first_touch_s
 
 
+def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int,
+                       steps: int) -> float | None:
+    """Per step, the page faults of every heap block of 1 to 32 MiB if all were written fresh, for a
+    trace that does not record its allocator settings (None for one that does, or without
+    page-fault points)."""
+    first_touch = getattr(model.efficiency, "first_touch_s", None)
+    if first_touch is None or allocator_recorded(trace):
+        return None
+    kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
+    return sum(first_touch(nbytes, threads) for nbytes in heap_writes(trace, kernels).values()) / steps
+
+
 def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) -> Comparison:
     """Predict ``trace``'s ops and step time with ``model`` on ``device`` using ``threads`` cores."""
     predictions = predict_ops(trace, model, device, threads)
@@ -304,8 +323,9 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         outside_steps = sum(1 for op in trace.ops if op.kind in FRAMEWORK_KINDS and op.step is None)
         if outside_steps:
             skipped["framework ops outside every profiler step"] = outside_steps
+    heap_faults = _heap_faults_if_fresh(trace, predictions, model, threads, steps)
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace), call_gaps, skipped_events=skipped)
+                            outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:

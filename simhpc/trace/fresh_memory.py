@@ -15,7 +15,8 @@ first: the ``fill_`` of a ``zeros``, the ``copy_`` of a ``clone`` or of ``addmm`
 ``zero_`` that starts a pooling backward; an ``empty``'s tensor is first written by the
 in-place op beside it that fills it (``randn``'s ``normal_``). Smaller blocks come from the heap, fresh or reused
 depending on what the process freed before: not modelled (``validation/traces/capture.py``
-captures with glibc told to keep freed memory, so that they are reused).
+captures with glibc told to keep freed memory, so that they are reused); for a trace that does not
+say how its malloc was set, :func:`heap_writes` lists what they may add.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ def _element_bytes(op: OpRecord, kernel: k.Kernel) -> int:
     return 1 if base_name(op.name) in BOOL_RESULT else k.dtype_bytes(kernel.dtype)
 
 
-def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
-    """Op index -> bytes of freshly mapped memory (blocks of at least :data:`FRESH_BLOCK_BYTES`)
-    that op writes first, for the ops in ``kernels`` (index -> the kernel it carries)."""
+def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel], smallest: float = FRESH_BLOCK_BYTES) -> dict[int, float]:
+    """Op index -> bytes of freshly mapped memory (blocks of at least ``smallest`` bytes, by
+    default :data:`FRESH_BLOCK_BYTES`) that op writes first, for the ops in ``kernels`` (index ->
+    the kernel it carries)."""
     fresh: dict[int, float] = {}
     roots = [op.index for op in trace.ops if op.parent is None]
     for op in trace.ops:
@@ -117,9 +119,32 @@ def fresh_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]
         if writer is None:
             continue
         nbytes = float(elements * _element_bytes(trace.ops[writer], kernels[writer]))
-        if nbytes >= FRESH_BLOCK_BYTES:
+        if nbytes >= smallest:
             fresh[writer] = max(fresh.get(writer, 0.0), nbytes)
     return fresh
+
+
+HEAP_BLOCK_BYTES = 1 << 20
+"""Blocks from this size up to :data:`FRESH_BLOCK_BYTES` come from the heap, which glibc's
+default settings trim whenever more than twice the dynamic mmap threshold (the largest block
+freed from an mmap so far) lies free at its top: in a process run with them, such tensors are
+often written into fresh pages too (a 4 MiB Adam temporary: 4.2-4.6 ms against 0.4-0.65 ms with
+freed memory kept, validation/README.md). Which of them fault depends on when tensors are freed,
+which a trace does not record."""
+
+
+def allocator_recorded(trace: Trace) -> bool:
+    """Whether the trace says how its process's malloc was set: ``validation/traces/capture.py``
+    records its capture (``simhpc_capture``), run with glibc told to keep freed memory."""
+    return isinstance(trace.metadata.get("simhpc_capture"), dict)
+
+
+def heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
+    """Op index -> bytes of the heap blocks (:data:`HEAP_BLOCK_BYTES` up to
+    :data:`FRESH_BLOCK_BYTES`) that op writes first: what a process with glibc's default malloc
+    settings may write into fresh pages besides :func:`fresh_writes`."""
+    return {index: nbytes for index, nbytes in fresh_writes(trace, kernels, HEAP_BLOCK_BYTES).items()
+            if nbytes < FRESH_BLOCK_BYTES}
 
 
 def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> bool:

@@ -216,7 +216,8 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
     prof.preset_metadata_json("num_threads", json.dumps(threads))
     prof.preset_metadata_json(
         "simhpc_capture",
-        json.dumps({"model": name, "threads": threads, "steps": steps, "torch": torch.__version__}),
+        json.dumps({"model": name, "threads": threads, "steps": steps, "torch": torch.__version__,
+                    "malloc": {key: os.environ.get(key) for key in MALLOC_ENV}}),
     )
     with prof:
         for _ in range(steps + 2):
