@@ -268,14 +268,14 @@ def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
 
 def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
     """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
-    cold by the bytes the top-level op before it moved (:mod:`simhpc.trace.framework_costs`)."""
+    cold by the distinct tensors the top-level op before it touched (:mod:`simhpc.trace.framework_costs`)."""
     top = in_time_order(op for op in trace.ops if op.kind in FRAMEWORK_KINDS
                         and (op.step is not None or not trace.steps) and outermost(trace, op))
-    moved = subtree_footprint(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None}, top)
+    touched = subtree_footprint(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None}, top)
     total, before = 0.0, math.inf
     for op in top:
         total += cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
-        before = moved[op.index]
+        before = touched[op.index]
     return total
 
 

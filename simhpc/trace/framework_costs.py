@@ -35,8 +35,9 @@ def private_cache(model: CostModel) -> float:
 
 
 def cost_after(model: CostModel, what: str, moved: float) -> float:
-    """``what`` (``no_kernel_op``, ``call_gap``, ``engine_gap``) after an op that moved ``moved``
-    bytes: its cold value when that is at least a private cache and the calibration has one."""
+    """``what`` (``no_kernel_op``, ``call_gap``, ``engine_gap``) after an op that moved (or
+    touched) ``moved`` bytes: its cold value when that is at least a private cache and the
+    calibration has one."""
     overhead = overhead_of(model)
     if moved >= private_cache(model):
         return overhead(f"{what}_cold") or overhead(what)
@@ -65,6 +66,7 @@ class Footprint:
 
     @property
     def bytes(self) -> float:
+        """The bytes touched so far."""
         return self._loose + sum(self._shapes.values())
 
 
