@@ -62,7 +62,8 @@ MAX_DIM = 1 << 40
 corrupt trace, not a workload)."""
 
 
-def _is_shape(value: Any) -> bool:
+def is_shape(value: Any) -> bool:
+    """Whether a recorded ``Input Dims`` entry is a tensor's shape (a list of ints)."""
     return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in value)
 
 
@@ -96,8 +97,8 @@ def _tensors(shapes: list[Any], dtypes: list[str]) -> list[tuple[list[int], str]
         if kind in NOT_TENSORS:
             continue
         if kind == "TensorList" and isinstance(shape, list):
-            found.extend((s, "float") for s in shape if _is_shape(s))
-        elif _is_shape(shape):
+            found.extend((s, "float") for s in shape if is_shape(s))
+        elif is_shape(shape):
             found.append((shape, kind))
     return found
 
@@ -437,7 +438,7 @@ def _layout(op: str, shapes: list[Any], dtypes: list[str], strides: list[Any] | 
     operands = [
         (shape, strides[i] if i < len(strides) else None)
         for i, shape in enumerate(shapes)
-        if (dtypes[i] if i < len(dtypes) else "") not in NOT_TENSORS and _is_shape(shape)
+        if (dtypes[i] if i < len(dtypes) else "") not in NOT_TENSORS and is_shape(shape)
     ]
     if op in ADDED_TERM_FIRST:
         operands = operands[1:]
@@ -610,7 +611,7 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         shape, type_name = tensors[0]
         dtype = _dtype(type_name)
         return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=_numel(shape) * dtype_bytes(dtype)))
-    if op == "copy" and strides and len(shapes) > 1 and _is_shape(shapes[1]):
+    if op == "copy" and strides and len(shapes) > 1 and is_shape(shapes[1]):
         source = shapes[1]
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)
         if run < _numel(source):  # the source is not read in order: a transpose or permute

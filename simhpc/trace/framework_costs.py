@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from simhpc.costs.kernels import Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
+from simhpc.costs.opmap import is_shape
 from simhpc.trace.readers import OpRecord, Trace
 
 
@@ -56,8 +57,7 @@ class Footprint:
 
     def add(self, op: OpRecord, kernel: Kernel) -> None:
         """Count what ``op`` (carrying ``kernel``) touched."""
-        shapes = [tuple(s) for s in op.shapes if isinstance(s, list) and s
-                  and all(isinstance(d, int) and not isinstance(d, bool) for d in s)]
+        shapes = [tuple(s) for s in op.shapes if s and is_shape(s)]
         if not shapes:
             self._loose += kernel.bytes()
         for shape in set(shapes):

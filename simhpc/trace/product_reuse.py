@@ -38,15 +38,13 @@ from typing import Any
 
 from simhpc.costs.kernels import Gemm, dtype_bytes
 from simhpc.costs.model import CostModel
+from simhpc.costs.opmap import is_shape
 from simhpc.trace.framework_costs import private_cache
 
 
 def _dims(shape: Any) -> tuple[int, ...] | None:
     """A tensor's dimensions when ``shape`` is a list of ints of at least two (matrices and up)."""
-    if isinstance(shape, list) and len(shape) >= 2 and all(isinstance(d, int) and not isinstance(d, bool)
-                                                              for d in shape):
-        return tuple(shape)
-    return None
+    return tuple(shape) if is_shape(shape) and len(shape) >= 2 else None
 
 
 def _aliases(dims: tuple[int, ...]) -> set[tuple[int, ...]]:
