@@ -627,6 +627,25 @@ def test_microbench_rounds_keep_the_faster_measurement() -> None:
         assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if not t.again)
 
 
+def test_microbench_larger_16bit_products_only_where_the_cpu_computes_them() -> None:
+    """A 16-bit type the CPU multiplies natively also gets products above the coarse grid's 2^24
+    multiply-adds (up to 2^26), in every layout; a converted (fallback) type does not."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    gemm, runner = load_submodule("gemm"), load_submodule("runner")
+    fallback, native = gemm.half_shapes(), gemm.half_shapes(native=True)
+    assert max(m * n * k for m, n, k, _ in fallback) == gemm.HALF_MAX_MNK
+    larger = [shape for shape in native if shape not in fallback]
+    assert larger and all(gemm.HALF_MAX_MNK < m * n * k <= gemm.NATIVE_HALF_MAX_MNK for m, n, k, _ in larger)
+    assert {layout for *_, layout in larger} == set(gemm.HALF_LAYOUTS) and set(fallback) < set(native)
+    if gemm.torch_available():
+        def labels(native_half: tuple[str, ...], dtype: str) -> int:
+            tasks = runner.plan(2, 32 << 20, native_half=native_half)
+            return sum(t.label.startswith(f"gemm torch {dtype} ") for t in tasks)
+        assert labels(("bf16",), "bf16") == labels((), "bf16") + 2 * len(larger)  # 1 and 2 threads
+        assert labels(("bf16",), "fp16") == labels((), "fp16")
+
+
 def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     """A write into freshly mapped memory takes longer than into touched memory, by a per-page
     cost of the order of a page fault (a microsecond, not a nanosecond or a millisecond)."""

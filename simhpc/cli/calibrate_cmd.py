@@ -18,7 +18,7 @@ from simhpc.cli.main import user_errors
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
 from simhpc.costs.calibration_merge import merge_calibrations
-from simhpc.hardware.host import detect_host
+from simhpc.hardware.host import detect_host, native_half_types
 from simhpc.units import format_bandwidth, format_rate, format_time
 
 BUSY_RUNNABLE = 0.25
@@ -109,7 +109,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
         )
     start = time.perf_counter()
     try:
-        tasks = suite.plan(host.cores, host.last_level_cache, quick=quick)
+        native_half = native_half_types(host.isa_flags)
+        tasks = suite.plan(host.cores, host.last_level_cache, quick=quick, native_half=native_half)
         with Progress(
             TextColumn("[bold]calibrate[/]"),
             BarColumn(),

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration  # noqa: E402
 from simhpc.costs.calibration_merge import fastest_rows, row_identity, row_seconds  # noqa: E402
-from simhpc.hardware.host import detect_host  # noqa: E402
+from simhpc.hardware.host import detect_host, native_half_types  # noqa: E402
 from validation.microbench import runner  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     host = detect_host()
     if calibration.host.fingerprint() != host.fingerprint():
         sys.exit(f"error: {args.calibration}: measured on another machine; not extended")
-    tasks = [t for t in runner.plan(host.cores, host.last_level_cache)
+    tasks = [t for t in runner.plan(host.cores, host.last_level_cache, native_half=native_half_types(host.isa_flags))
              if not t.again and any(t.label.startswith(prefix) for prefix in args.only)]
     if not tasks:
         sys.exit(f"error: no task label starts with {' or '.join(map(repr, args.only))}")

@@ -78,13 +78,24 @@ HALF_MAX_MNK = 2**24
 HALF_BUDGET = Budget(warmup=1, repeats=3, min_time_s=0.01, max_repeats=5, long_repeats=2)
 """Fewer samples for the slow 16-bit products (15 s for all of them; keeps calibrate under 3 minutes)."""
 HALF_LAYOUTS = ("nn", "nt", "tn")
+NATIVE_HALF_GRID = (64, 256, 512, 1024)
+NATIVE_HALF_MAX_MNK = 2**26
+"""Where the CPU multiplies a 16-bit type natively (AVX512-BF16, AMX, ...), its products keep gaining
+from size as fp32 ones do (bf16 on the EPYC Zen 5 guest: 361 GFLOP/s at 256^3, 1 thread, and on 2
+threads only 1.17x that), so the grid also has the shell of products above ``HALF_MAX_MNK``, up to a
+linear layer's 128 x 512 x 1024: without it a 2-thread bf16 MLP's products were predicted from the
+2^24 points, 1.5-1.9x their traced time. Fallback kernels run at a flat rate and skip it."""
 
 
-def half_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
-    """(m, n, k, layout) of the 16-bit points: the coarse grid in every layout a step uses."""
+def half_shapes(quick: bool = False, native: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the 16-bit points: the coarse grid in every layout a step uses, and, for a
+    type the CPU computes natively, the larger products of ``NATIVE_HALF_GRID``."""
     if quick:
         return [(64, 64, 64, "nn")]
     grid = [(m, n, k) for m, n, k in itertools.product(HALF_GRID, HALF_GRID, HALF_GRID) if m * n * k <= HALF_MAX_MNK]
+    if native:
+        grid += [(m, n, k) for m, n, k in itertools.product(NATIVE_HALF_GRID, repeat=3)
+                 if HALF_MAX_MNK < m * n * k <= NATIVE_HALF_MAX_MNK]
     return [(*shape, layout) for layout in HALF_LAYOUTS for shape in grid]
 
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -29,7 +29,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 19
+SUITE_VERSION = 20
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -59,8 +59,9 @@ def _threads_list(cores: int) -> list[int]:
     return [1] if cores <= 1 else [1, cores]
 
 
-def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
-    """Every point to measure: ``cores`` threads besides 1; pointer chase up to 4 x ``llc_bytes``."""
+def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequence[str] = ()) -> list[Task]:
+    """Every point to measure: ``cores`` threads besides 1; pointer chase up to 4 x ``llc_bytes``;
+    ``native_half``: the 16-bit types the CPU computes natively (more product sizes for them)."""
     budget: Budget = QUICK if quick else FULL
     threads = _threads_list(cores)
     tasks: list[Task] = []
@@ -196,7 +197,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False) -> list[Task]:
                 call = partial(gemm.measure_gemm_cold, m, n, k, layout, t, budget)
                 tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} cold", call))
             for dtype in gemm.HALF:
-                for m, n, k, layout in gemm.half_shapes(quick):
+                for m, n, k, layout in gemm.half_shapes(quick, dtype in native_half):
                     half_budget = budget if quick else gemm.HALF_BUDGET
                     call = partial(gemm.measure_gemm, 1, m, n, k, dtype, t, half_budget, "torch", layout)
                     tasks.append(Task("gemm", f"gemm torch {dtype} {t}t 1x{m}x{n}x{k} {layout}", call))
