@@ -1034,6 +1034,22 @@ def test_dram_figures_come_from_the_largest_working_set_when_the_llc_is_the_sock
     assert cal["derived"]["memory_latency"] == pytest.approx(100e-9)
 
 
+def test_cold_product_fit_weighs_a_point_above_it_as_one_below() -> None:
+    """Points scattered by the same factors above and below 30 us + bytes / 30 GB/s give that fit
+    back (least squares of the log ratio); a least-relative-squares fit went under most of them."""
+    from simhpc.costs.calibration import cold_product_fits
+
+    rows = []
+    for i, (m, n, k) in enumerate(((32, 32, 32), (64, 10, 4096), (512, 512, 16), (4, 512, 512), (512, 4, 512),
+                                   (256, 256, 256), (16, 64, 4096), (512, 512, 512))):
+        moved = 4.0 * (m * k + k * n + m * n)
+        for factor in (3.0, 1 / 3.0) if i % 2 else (1.5, 1 / 1.5):
+            rows.append({"blas": "torch", "dtype": "fp32", "threads": 1, "m": m, "n": n, "k": k, "warm_s": 1e-4,
+                         "time_s": 1e-4 + factor * (30e-6 + moved / 30e9)})
+    seconds, per_byte = cold_product_fits(rows, "torch")[1]
+    assert seconds == pytest.approx(30e-6, rel=0.02) and per_byte == pytest.approx(1 / 30e9, rel=0.02)
+
+
 def test_cold_products_pay_the_fitted_cold_call_time(cal_path: Path) -> None:
     """``gemm_cold`` points whose cold-less-warm times are 50 us + bytes / 20 GB/s give that fit back,
     and ``cache="cold"`` charges it to every BLAS product (none to a convolution)."""
