@@ -186,8 +186,8 @@ def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[
     the fit is below a point, without bound where it is above, so the few points a flush barely
     slowed (6.6 us over the loop for a 512 x 4 x 512 product on the EPYC Zen 5 guest, against 20-170
     us for the other products of about 1 MB) held the fit under most of them: 4.3 us + 15 ps per
-    byte there, under half of 31 of the 38 points, and a median fit-to-point ratio of 0.29-0.95 on
-    the committed files (0.88-1.06 this way)."""
+    byte there, under half of 31 of its 38 points (median fit-to-point ratio 0.29; 0.76-0.95 on the
+    committed files; this way 0.88 and 0.97-1.06)."""
     points: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.get("blas", "torch") == blas:

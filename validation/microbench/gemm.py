@@ -84,7 +84,7 @@ NATIVE_HALF_MAX_MNK = 2**26
 from size as fp32 ones do (bf16 on the EPYC Zen 5 guest: 361 GFLOP/s at 256^3, 1 thread, and on 2
 threads only 1.17x that), so the grid also has the shell of products above ``HALF_MAX_MNK``, up to a
 linear layer's 128 x 512 x 1024: without it a 2-thread bf16 MLP's products were predicted from the
-2^24 points, 1.5-1.9x their traced time. Fallback kernels run at a flat rate and skip it."""
+2^24 points, 1.4-1.9x their traced time. Fallback kernels run at a flat rate and skip it."""
 
 
 def half_shapes(quick: bool = False, native: bool = False) -> list[tuple[int, int, int, str]]:
