@@ -621,6 +621,7 @@ MACHINES = {  # reference machine -> (its captures, the calibration taken right 
     "epyc-zen3": (CAPTURES / "epyc-zen3", ROOT / "validation" / "calibration" / "epyc-zen3.json"),
     "epyc-zen2": (CAPTURES / "epyc-zen2", ROOT / "validation" / "calibration" / "epyc-zen2.json"),
     "epyc-zen5": (CAPTURES / "epyc-zen5", ROOT / "validation" / "calibration" / "epyc-zen5.json"),
+    "epyc-zen4": (CAPTURES / "epyc-zen4", ROOT / "validation" / "calibration" / "epyc-zen4.json"),
 }
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
     ("xeon", "cnn_t1"): (-4.0, 28.1),
@@ -687,6 +688,26 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     ("epyc-zen5", "lenet_t2"): (11.7, 45.1),
     ("epyc-zen5", "resnetish_t1"): (10.0, 45.2),
     ("epyc-zen5", "resnetish_t2"): (9.8, 16.6),
+    # the EPYC Zen 4 guest (AVX-512 with native bf16): one calibrate run (suite 20, every 2-thread torch
+    # product measured twice), the captures right after; its extra models as on the Zen 5 guest
+    ("epyc-zen4", "cnn_t1"): (0.3, 9.4),
+    ("epyc-zen4", "cnn_t2"): (-1.6, 9.2),
+    ("epyc-zen4", "mlp_t1"): (-0.3, 3.2),
+    ("epyc-zen4", "mlp_t2"): (-0.9, 4.9),
+    ("epyc-zen4", "transformer_flash_t1"): (1.7, 5.0),
+    ("epyc-zen4", "transformer_flash_t2"): (1.9, 5.3),
+    ("epyc-zen4", "transformer_t1"): (-0.3, 5.6),
+    ("epyc-zen4", "transformer_t2"): (2.3, 5.7),
+    ("epyc-zen4", "mlp_bf16_t1"): (-10.5, 8.0),
+    ("epyc-zen4", "mlp_bf16_t2"): (-17.3, 8.1),
+    ("epyc-zen4", "cnn224_t1"): (13.2, 59.1),
+    ("epyc-zen4", "cnn224_t2"): (-8.0, 70.9),
+    ("epyc-zen4", "lstm_t1"): (-3.4, 45.4),
+    ("epyc-zen4", "lstm_t2"): (-6.5, 56.5),
+    ("epyc-zen4", "lenet_t1"): (10.3, 28.1),
+    ("epyc-zen4", "lenet_t2"): (9.2, 40.1),
+    ("epyc-zen4", "resnetish_t1"): (-8.3, 26.1),
+    ("epyc-zen4", "resnetish_t2"): (-9.3, 42.7),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""
