@@ -622,9 +622,13 @@ def test_microbench_rounds_keep_the_faster_measurement() -> None:
     assert rows == [{"name": "a", "time_s": 1.5, "rounds": 2}, {"name": "b", "time_s": 5.0, "rounds": 2}]
     full = runner.plan(2, 32 << 20)
     repeated = [t for t in full if t.again]
-    assert all(" torch " in f" {t.label} " for t in repeated)  # only torch GEMMs get a second round
+    # only multi-thread torch GEMMs get a second round, all of them (layouts and 16-bit types too)
+    assert all(t.label.startswith("gemm torch ") and " 2t " in t.label for t in repeated)
+    assert {t.label for t in repeated} == {t.label for t in full if t.label.startswith("gemm torch ")
+                                           and " 2t " in t.label and t.section == "gemm" and not t.again}
     if repeated:  # torch is importable here: the second round comes after every other point
-        assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if not t.again)
+        assert full.index(repeated[0]) > max(i for i, t in enumerate(full) if not t.again and t.section != "probes")
+    assert full[-1].label == "peer round trip at the end"  # then the cores' round trip once more
 
 
 def test_microbench_larger_16bit_products_only_where_the_cpu_computes_them() -> None:
@@ -641,7 +645,7 @@ def test_microbench_larger_16bit_products_only_where_the_cpu_computes_them() -> 
     if gemm.torch_available():
         def labels(native_half: tuple[str, ...], dtype: str) -> int:
             tasks = runner.plan(2, 32 << 20, native_half=native_half)
-            return sum(t.label.startswith(f"gemm torch {dtype} ") for t in tasks)
+            return sum(t.label.startswith(f"gemm torch {dtype} ") and not t.again for t in tasks)
         assert labels(("bf16",), "bf16") == labels((), "bf16") + 2 * len(larger)  # 1 and 2 threads
         assert labels(("bf16",), "fp16") == labels((), "fp16")
 
@@ -733,6 +737,25 @@ def test_calibrate_quick_writes_a_valid_file(tmp_path: Path) -> None:
     )
     assert cal.host.fingerprint() == detect_host().fingerprint()
     assert all(row["time_s"] > 0 and row["spread_s"] >= 0 for row in cal.rows("gemm"))
+    if detect_host().cores > 1:  # the cores' round trip, at the start and at the end of the run
+        trips = [cal.data["probes"][name] for name in ("peer round trip", "peer round trip at the end")]
+        assert all(1e-9 < t["min_s"] <= t["round_trip_s"] <= t["max_s"] < 1e-4 for t in trips)
+        assert "cores' round trip" in result.output
+
+
+def test_calibrate_warns_when_the_cores_round_trip_moved(capsys: pytest.CaptureFixture[str]) -> None:
+    from simhpc.cli.calibrate_cmd import _echo_round_trips
+
+    def probe(median_s: float) -> dict:
+        return {"round_trip_s": median_s, "min_s": median_s / 2, "max_s": median_s * 3}
+
+    _echo_round_trips({"peer round trip": probe(70e-9), "peer round trip at the end": probe(80e-9)})
+    assert "warning" not in capsys.readouterr().err
+    _echo_round_trips({"peer round trip": probe(70e-9), "peer round trip at the end": probe(330e-9)})
+    captured = capsys.readouterr()
+    assert "70 ns" in captured.out.replace("70.0 ns", "70 ns") and "moved during the run" in captured.err
+    _echo_round_trips({})  # one core: no probe, nothing printed
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

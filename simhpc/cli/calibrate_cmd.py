@@ -82,8 +82,10 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
     1 and all threads; points tagged with their 'blas'), elementwise maps, reductions,
     STREAM copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table
-    probes (C, built with gcc). Pass the file to 'simhpc compare --calibration FILE'; the
-    committed validation/calibration/host.json is the catalog's 'host' CPU.
+    probes (C, built with gcc), and the round trip of a cache line between two cores at the
+    start and the end. Pass the file to 'simhpc compare --calibration FILE' or set
+    SIMHPC_CALIBRATION=FILE; else the committed calibration (validation/calibration/) of this
+    kind of machine, or of the one most like it, is the catalog's 'host' CPU.
     """
     err = Console(stderr=True)
     if output.parent and not output.parent.exists():
@@ -161,6 +163,28 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
         f"DRAM {format_bandwidth(derived['memory_bandwidth'])} (1 core "
         f"{format_bandwidth(derived['core_bandwidth'])}), latency {format_time(derived['memory_latency'])}"
     )
+    _echo_round_trips(data["probes"])
     skipped = results.get("repeats_skipped", 0)
     click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s"
                + (f" ({skipped} second-round repeats skipped to finish within {DEADLINE_S:.0f} s)" if skipped else ""))
+
+
+ROUND_TRIP_DRIFT = 1.5
+"""Start-to-end ratio of the cores' median round trip above which ``calibrate`` warns."""
+
+
+def _echo_round_trips(probes: dict) -> None:
+    """Print the cores' round trip at the start and the end of the run, and warn when it moved: the
+    multi-thread points were then measured with the cores at another distance than some of them."""
+    start, end = probes.get("peer round trip"), probes.get("peer round trip at the end")
+    if not start:
+        return
+    shown = [f"{what} {format_time(probe['round_trip_s'])} ({format_time(probe['min_s'])}-"
+             f"{format_time(probe['max_s'])})" for what, probe in (("start", start), ("end", end)) if probe]
+    click.echo("cores' round trip (median of bursts, fastest-slowest): " + ", ".join(shown))
+    if end and max(start["round_trip_s"], end["round_trip_s"]) > ROUND_TRIP_DRIFT * min(
+            start["round_trip_s"], end["round_trip_s"]):
+        click.echo("warning: the round trip between two cores moved during the run (the host moved this "
+                   "machine's CPUs): multi-thread points may be slow; calibrate again and combine the runs "
+                   "with --merge", err=True)
+

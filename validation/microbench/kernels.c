@@ -7,6 +7,8 @@
  * grain size is 32768 elements) they run arrays smaller than GRAIN on one thread.
  */
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +199,37 @@ double clock_probe(long iters, int chunks) {
     volatile uint64_t sink = x;
     (void)sink;
     return best;
+}
+
+/* ---- round trip of a cache line between two cores ---------------------------------- */
+
+/* Two OpenMP threads hand a counter back and forth through one cache line `trips` times (thread 0
+ * writes odd values, thread 1 answers with the next even one): thread 0's elapsed seconds, or -1
+ * when the runtime gave fewer than two threads. What a fork, a barrier or a shared queue costs
+ * per hand-over between the cores the OS put the threads on. */
+double peer_round_trip(long trips) {
+    static _Atomic long flag __attribute__((aligned(64)));
+    double elapsed = -1.0;
+    atomic_store(&flag, 0);
+#pragma omp parallel num_threads(2)
+    if (omp_get_num_threads() == 2) {
+        if (omp_get_thread_num() == 0) {
+            double t0 = now();
+            for (long i = 0; i < trips; i++) {
+                atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
+                while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {
+                }
+            }
+            elapsed = now() - t0;
+        } else {
+            for (long i = 0; i < trips; i++) {
+                while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) {
+                }
+                atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
+            }
+        }
+    }
+    return elapsed;
 }
 
 #if defined(__AVX512F__)

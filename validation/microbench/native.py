@@ -40,6 +40,7 @@ SIGNATURES: dict[str, tuple[object, ...]] = {
     "bw_triad": (_F, _F, _F, _L, _I, _I),
     "chase_latency": (_L, _L, _U),
     "clock_probe": (_L, _I),
+    "peer_round_trip": (_L,),
     "fma_probe": (_L, _I, ctypes.POINTER(_I)),
     "stencil7": (_F, _F, _L, _I, _I),
     "hash_probe_linear": (_L, _D, _D, _L, _U, ctypes.POINTER(_D)),

@@ -50,9 +50,12 @@ class Task:
 
 
 ROUNDS = 2
-"""Rounds of the torch GEMM points, the second after every other point (a minute or two later).
-This machine's speed drifts by tens of percent over minutes; the faster round is kept, as
-``validation/traces/capture.py`` keeps the fastest of its captures."""
+"""Rounds of the multi-thread torch GEMM points, the second after every other point (a minute or
+two later); the faster round is kept, as ``validation/traces/capture.py`` keeps the fastest of its
+captures. On the 2-core KVM guests a cache line's round trip between the two vCPUs moves between
+about 70 ns and 330-740 ns within seconds (the host moving them), and the multi-thread products
+with it (two calibrate runs on the Zen 4 guest: a 2-thread 64 x 64 x 16 product 3.8 and 8.2 us);
+single-thread points stay within a few percent from run to run, so they are measured once."""
 
 
 def _threads_list(cores: int) -> list[int]:
@@ -68,6 +71,8 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     repeats = 3
     tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
     tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
+    if cores > 1:
+        tasks.append(Task("probes", "peer round trip", partial(latency.measure_peer_round_trip)))
     for blas in gemm.backends():
         for dtype in gemm.dtypes(blas):
             for t in threads:
@@ -183,7 +188,6 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                     partial(hashprobe.measure_hash, variant, size, repeats),
                 )
             )
-    repeats_of = [t for t in tasks if t.section == "gemm" and " torch " in f" {t.label} "]
     if gemm.torch_available():  # one round: narrow products by operand layout
         for t in threads:
             for m, n, k, layout in gemm.layout_shapes(quick):
@@ -202,7 +206,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                     call = partial(gemm.measure_gemm, 1, m, n, k, dtype, t, half_budget, "torch", layout)
                     tasks.append(Task("gemm", f"gemm torch {dtype} {t}t 1x{m}x{n}x{k} {layout}", call))
     if not quick:  # last, so that a run short of time drops repeats, never a point
+        repeats_of = [t for t in tasks if t.section == "gemm" and t.label.startswith("gemm torch ")
+                      and " 1t " not in t.label]
         tasks += [Task(t.section, t.label, t.call, again=True) for _ in range(ROUNDS - 1) for t in repeats_of]
+    if cores > 1:  # did the cores' distance change while the points were measured?
+        tasks.append(Task("probes", "peer round trip at the end", partial(latency.measure_peer_round_trip)))
     return tasks
 
 
