@@ -8,6 +8,7 @@ four times the last-level cache, two sizes per octave; its steps are the cache a
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import time
 
@@ -62,13 +63,19 @@ def measure_fma(chunks: int = 200, iters: int = 20_000) -> dict:
     return {"flops_per_s": best, "vector_bits": 8 * width.value, "chunks": chunks}
 
 
+def two_cpus_available() -> bool:
+    """Whether this process may run on two CPUs at once (not under ``taskset -c 0``, where the two
+    threads of :func:`measure_peer_round_trip` would wait for the scheduler at every hand-over)."""
+    return len(os.sched_getaffinity(0)) >= 2
+
+
 def measure_peer_round_trip(bursts: int = 20, trips: int = 20_000) -> dict:
     """Seconds a cache line takes to go to another core and back, over ``bursts`` bursts of
     ``trips`` round trips, 20 ms apart: their median, fastest and slowest. On the 2-core KVM guests
     it moves between about 70 ns and 330-740 ns within seconds (where the host runs the two vCPUs),
     and multi-thread products with it: the calibration records it at its start and at its end."""
     lib = library()
-    lib.peer_round_trip(1000)
+    lib.peer_round_trip(1000)  # the runtime starts its second thread
     samples = []
     for _ in range(bursts):
         elapsed = lib.peer_round_trip(trips)

@@ -71,7 +71,8 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     repeats = 3
     tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
     tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
-    if cores > 1:
+    peers = cores > 1 and latency.two_cpus_available()
+    if peers:
         tasks.append(Task("probes", "peer round trip", partial(latency.measure_peer_round_trip)))
     for blas in gemm.backends():
         for dtype in gemm.dtypes(blas):
@@ -209,7 +210,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
         repeats_of = [t for t in tasks if t.section == "gemm" and t.label.startswith("gemm torch ")
                       and " 1t " not in t.label]
         tasks += [Task(t.section, t.label, t.call, again=True) for _ in range(ROUNDS - 1) for t in repeats_of]
-    if cores > 1:  # did the cores' distance change while the points were measured?
+    if peers:  # did the cores' distance change while the points were measured?
         tasks.append(Task("probes", "peer round trip at the end", partial(latency.measure_peer_round_trip)))
     return tasks
 
