@@ -53,7 +53,7 @@ ROUNDS = 2
 """Rounds of the multi-thread torch GEMM points, the second after every other point (a minute or
 two later); the faster round is kept, as ``validation/traces/capture.py`` keeps the fastest of its
 captures. On the 2-core KVM guests a cache line's round trip between the two vCPUs moves between
-about 70 ns and 330-740 ns within seconds (the host moving them), and the multi-thread products
+about 70 ns and 330 ns or more within seconds (the host moving them), and the multi-thread products
 with it (two calibrate runs on the Zen 4 guest: a 2-thread 64 x 64 x 16 product 3.8 and 8.2 us);
 single-thread points stay within a few percent from run to run, so they are measured once."""
 
