@@ -82,8 +82,9 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
     1 and all threads; points tagged with their 'blas'), elementwise maps, reductions,
     STREAM copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table
-    probes (C, built with gcc), and the round trip of a cache line between two cores at the
-    start and the end. Pass the file to 'simhpc compare --calibration FILE' or set
+    probes (C, built with gcc), the round trip of a cache line between two cores at the
+    start and the end, and an L1 probe before every point (how many were measured while another
+    hardware thread shared the core). Pass the file to 'simhpc compare --calibration FILE' or set
     SIMHPC_CALIBRATION=FILE; else the committed calibration (validation/calibration/) of this
     kind of machine, or of the one most like it, is the catalog's 'host' CPU.
     """
@@ -135,7 +136,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
                 done += 1
 
             left = None if quick else DEADLINE_S - (time.perf_counter() - start)
-            results = suite.run(tasks, advance, deadline_s=left)
+            l1 = next((cache.size for cache in host.caches if cache.name == "L1D"), None)
+            results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1)
     except RuntimeError as error:  # BuildError, missing threadpoolctl, a kernel that failed
         raise MicrobenchError(f"calibration failed: {error}") from None
     wall = time.perf_counter() - start
@@ -164,9 +166,31 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
         f"{format_bandwidth(derived['core_bandwidth'])}), latency {format_time(derived['memory_latency'])}"
     )
     _echo_round_trips(data["probes"])
+    _echo_l1_probe(data["probes"], sum(1 for task in tasks if not task.again))
     skipped = results.get("repeats_skipped", 0)
     click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s"
                + (f" ({skipped} second-round repeats skipped to finish within {DEADLINE_S:.0f} s)" if skipped else ""))
+
+
+SHARED_CORE_WARNING = 0.2
+"""Share of the points measured on a shared core above which ``calibrate`` warns."""
+
+
+def _echo_l1_probe(probes: dict, points: int) -> None:
+    """Print the L1 probe taken before every point and how many points were measured while another
+    hardware thread shared the core; warn when that is more than :data:`SHARED_CORE_WARNING` of them."""
+    probe = probes.get("L1 probe")
+    if not probe:
+        return
+    shared = probe["shared_points"]
+    click.echo(f"L1 probe before each point: fastest {format_time(probe['fastest_s'])}, median "
+               f"{format_time(probe['median_s'])}, 90th percentile {format_time(probe['p90_s'])}; {shared} of "
+               f"{points} points measured on a shared core (over {probe['slowdown_threshold']}x the fastest)")
+    if shared > SHARED_CORE_WARNING * points:
+        click.echo(f"warning: another hardware thread shared this core's L1 for {shared / points:.0%} of the "
+                   "points (the host ran something beside this machine's CPU): cache-resident kernels then run "
+                   "up to 1.6x slower; calibrate again in a quieter moment and combine the runs with --merge",
+                   err=True)
 
 
 ROUND_TRIP_DRIFT = 1.5

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,16 +233,49 @@ def _pace(elapsed: float, done: int, total: int, deadline_s: float) -> float:
     return max(PACE_FLOOR, (target - elapsed) / max(projected - elapsed, 1e-9))
 
 
-def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None) -> dict[str, Any]:
+SHARED_L1_SLOWDOWN = 1.3
+"""An L1 probe reading this many times the run's fastest so far: another hardware thread shares the
+core's L1 (:func:`~.latency.measure_l1_probe`) while the point after it is measured. Such points are
+kept as measured: re-measuring them and keeping the faster (tried on the Xeon guest of session 14,
+62 % of the points flagged) gave a calibration of the core alone, which predicted captures taken
+minutes later, mostly on a shared core, 10-25 % too fast."""
+
+
+class L1Watch:
+    """The L1 probe before every point of a run: how many were measured on a shared core."""
+
+    def __init__(self, l1_bytes: int) -> None:
+        self.l1_bytes = l1_bytes
+        self.samples: list[float] = []
+        self.shared_points = 0
+
+    def probe(self) -> None:
+        """Probe now; count a shared core (the reading against the fastest so far)."""
+        reading = latency.measure_l1_probe(self.l1_bytes)
+        self.samples.append(reading)
+        self.shared_points += reading > SHARED_L1_SLOWDOWN * min(self.samples)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``L1 probe`` entry of the calibration's probes."""
+        ordered = sorted(self.samples)
+        return {"fastest_s": ordered[0], "median_s": statistics.median(ordered),
+                "p90_s": ordered[int(0.9 * (len(ordered) - 1))], "samples": len(ordered),
+                "shared_points": self.shared_points, "slowdown_threshold": SHARED_L1_SLOWDOWN}
+
+
+def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None,
+        l1_bytes: int | None = None) -> dict[str, Any]:
     """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...},
     "repeats_skipped": n, "first_round_s": seconds}`` (the time to the first repeat: every point
     measured once).
 
     ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
     run should end; a repeat (``again``) that its first round's duration says would end later is
-    skipped (the first round's measurement stands). glibc's malloc is told to keep freed memory
-    first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
+    skipped (the first round's measurement stands). ``l1_bytes``: the L1 data cache, to take the L1
+    probe (:class:`L1Watch`) before every first-round point. glibc's malloc is told to keep freed memory first
+    (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
+    watch = L1Watch(l1_bytes) if l1_bytes else None
     pages.keep_freed_memory()
     kernels: dict[str, list[dict[str, Any]]] = {}
     probes: dict[str, dict[str, Any]] = {}
@@ -262,6 +296,8 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
             skipped += 1
             continue
+        if watch is not None and task.section != "probes" and not task.again:
+            watch.probe()
         began = time.perf_counter()
         row = task.call()
         took.setdefault(task.label, time.perf_counter() - began)
@@ -278,6 +314,8 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
             first[task.label] = row
             kernels.setdefault(task.section, []).append(row)
     timing.set_pace(1.0)
+    if watch is not None and watch.samples:
+        probes["L1 probe"] = watch.summary()
     if first_round_s is None:
         first_round_s = time.perf_counter() - start
     return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped, "first_round_s": first_round_s}
