@@ -237,8 +237,8 @@ SHARED_L1_SLOWDOWN = 1.3
 """An L1 probe reading this many times the run's fastest so far: another hardware thread shares the
 core's L1 (:func:`~.latency.measure_l1_probe`) while the point after it is measured. Such points are
 kept as measured: re-measuring them and keeping the faster (tried on the Xeon guest of session 14,
-62 % of the points flagged) gave a calibration of the core alone, which predicted captures taken
-minutes later, mostly on a shared core, 10-25 % too fast."""
+about 60 % of the points flagged) gave a calibration of the core alone, which predicted captures taken
+minutes later, mostly on a shared core, 5-25 % too fast."""
 
 
 class L1Watch:
