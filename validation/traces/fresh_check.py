@@ -27,14 +27,24 @@ from simhpc.costs.calibration_file import load_calibration
 HERE = Path(__file__).resolve().parent
 
 
-def _run(what: str, command: list[str]) -> float:
-    """Run a part; its wall seconds (exit 2 with its output when it fails)."""
+def _run(what: str, command: list[str]) -> tuple[float, list[str]]:
+    """Run a part; its wall seconds and the warnings it printed (exit 2 with its output when it fails)."""
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"error: {what} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}", file=sys.stderr)
         sys.exit(2)
-    return time.perf_counter() - start
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    return time.perf_counter() - start, warnings
+
+
+def _shared_core_line(probes: dict) -> str:
+    """How many calibration points the L1 probe saw measured on a shared core, if it ran."""
+    probe = probes.get("L1 probe")
+    if not probe:
+        return ""
+    return (f"; {probe['shared_points']} of {probe['samples']} calibration points measured on a shared core "
+            f"(L1 probe over {probe['slowdown_threshold']}x its fastest)")
 
 
 def main() -> None:
@@ -46,8 +56,9 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="simhpc-fresh-"))
     out.mkdir(parents=True, exist_ok=True)
     calibration, captures = out / "calibration.json", out / "captures"
-    calibrate_s = _run("simhpc calibrate", [sys.executable, "-m", "simhpc", "calibrate", "-o", str(calibration)])
-    capture_s = _run("capture.py", [sys.executable, str(HERE / "capture.py"), "--gzip", "--out", str(captures),
+    calibrate_s, warnings = _run("simhpc calibrate",
+                                 [sys.executable, "-m", "simhpc", "calibrate", "-o", str(calibration)])
+    capture_s, _ = _run("capture.py", [sys.executable, str(HERE / "capture.py"), "--gzip", "--out", str(captures),
                                     "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | meets target |",
@@ -61,7 +72,9 @@ def main() -> None:
                      f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | "
                      f"{'-' if gemm is None else f'{gemm:.1f} %'} | {'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
-                 f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %")
+                 f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
+                 + _shared_core_line(cal.data.get("probes") or {}))
+    lines.extend(f"calibrate {line}" for line in warnings)
     report = "\n".join(lines)
     (out / "report.md").write_text(report + "\n", encoding="utf-8")
     print(report)
