@@ -639,7 +639,9 @@ def test_microbench_rounds_keep_the_faster_measurement() -> None:
 def test_microbench_counts_the_points_measured_on_a_shared_core(monkeypatch) -> None:
     """The L1 probe before every first-round point: a reading over SHARED_L1_SLOWDOWN x the fastest
     so far counts its point as measured on a shared core; the readings are summarised in the
-    probes, the points kept as measured."""
+    probes, each row keeps the reading taken before it (a faster repeat's row has none), and the
+    points are kept as measured."""
+    from simhpc.costs.calibration_merge import row_identity
     from simhpc.costs.benchsuite import load_submodule
 
     runner, latency = load_submodule("runner"), load_submodule("latency")
@@ -649,7 +651,10 @@ def test_microbench_counts_the_points_measured_on_a_shared_core(monkeypatch) -> 
              for name, time_s in zip("abcd", (1.0, 2.0, 9.0, 4.0))]
     repeat = runner.Task("gemm", "a", lambda: {"time_s": 0.5}, again=True)
     result = runner.run([*tasks, repeat], l1_bytes=49152)
-    assert [row["time_s"] for row in result["kernels"]["gemm"]] == [0.5, 2.0, 9.0, 4.0]
+    rows = result["kernels"]["gemm"]
+    assert [row["time_s"] for row in rows] == [0.5, 2.0, 9.0, 4.0]
+    assert [row.get("l1_probe_s") for row in rows] == [None, 2.2e-9, 4e-9, 2.1e-9]
+    assert row_identity(rows[1]) == row_identity({"time_s": 3.0})  # a measurement, not the point's identity
     probe = result["probes"]["L1 probe"]
     assert probe["shared_points"] == 1 and probe["samples"] == 4 and probe["fastest_s"] == 2e-9
     assert probe["median_s"] == pytest.approx(2.15e-9) and probe["p90_s"] == 2.2e-9

@@ -249,11 +249,12 @@ class L1Watch:
         self.samples: list[float] = []
         self.shared_points = 0
 
-    def probe(self) -> None:
-        """Probe now; count a shared core (the reading against the fastest so far)."""
+    def probe(self) -> float:
+        """Probe now; count a shared core (the reading against the fastest so far); the reading."""
         reading = latency.measure_l1_probe(self.l1_bytes)
         self.samples.append(reading)
         self.shared_points += reading > SHARED_L1_SLOWDOWN * min(self.samples)
+        return reading
 
     def summary(self) -> dict[str, Any]:
         """The ``L1 probe`` entry of the calibration's probes."""
@@ -272,7 +273,8 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
     run should end; a repeat (``again``) that its first round's duration says would end later is
     skipped (the first round's measurement stands). ``l1_bytes``: the L1 data cache, to take the L1
-    probe (:class:`L1Watch`) before every first-round point. glibc's malloc is told to keep freed memory first
+    probe (:class:`L1Watch`) before every first-round point, its reading kept in the point's row
+    (``l1_probe_s``). glibc's malloc is told to keep freed memory first
     (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
@@ -296,10 +298,13 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
             skipped += 1
             continue
+        l1_probe_s = None
         if watch is not None and task.section != "probes" and not task.again:
-            watch.probe()
+            l1_probe_s = watch.probe()
         began = time.perf_counter()
         row = task.call()
+        if l1_probe_s is not None:
+            row["l1_probe_s"] = l1_probe_s
         took.setdefault(task.label, time.perf_counter() - began)
         if task.section == "probes":
             probes[task.label] = row
