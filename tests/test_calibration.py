@@ -641,8 +641,8 @@ def test_microbench_counts_the_points_measured_on_a_shared_core(monkeypatch) -> 
     so far counts its point as measured on a shared core; the readings are summarised in the
     probes, each row keeps the reading taken before it (a faster repeat's row has none), and the
     points are kept as measured."""
-    from simhpc.costs.calibration_merge import row_identity
     from simhpc.costs.benchsuite import load_submodule
+    from simhpc.costs.calibration_merge import row_identity
 
     runner, latency = load_submodule("runner"), load_submodule("latency")
     readings = iter([2e-9, 2.2e-9, 4e-9, 2.1e-9])  # a, b, c (shared), d; no probe before a repeat
