@@ -59,7 +59,7 @@ def main() -> None:
     calibrate_s, warnings = _run("simhpc calibrate",
                                  [sys.executable, "-m", "simhpc", "calibrate", "-o", str(calibration)])
     capture_s, _ = _run("capture.py", [sys.executable, str(HERE / "capture.py"), "--gzip", "--out", str(captures),
-                                    "--repeat", str(args.repeat)])
+                                       "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | meets target |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
