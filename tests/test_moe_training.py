@@ -10,9 +10,12 @@ from functools import cache
 
 import pytest
 
+from simhpc.engine import Simulation
 from simhpc.errors import ScenarioError
+from simhpc.hardware.specs import StorageSpec
 from simhpc.runner import simulate
 from simhpc.scenario.loader import scenario_from_dict
+from simhpc.workloads.moe.storage import Storage
 
 QUAD_NODE = {
     "cpu": "epyc-7742", "host_memory": "1 TiB", "gpu": "a100", "gpus": 4,
@@ -201,6 +204,26 @@ def test_storage_holds_the_newest_complete_version_and_the_one_being_written(pol
     snapshot = 4 * ckpt["state_bytes_per_gpu"]  # a node's 4 GPUs, on its own storage server
     assert ckpt["versions_persisted"] >= 3
     assert snapshot <= ckpt["storage_peak_bytes"] <= 2 * snapshot * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("requests", [1, 3, 7])
+def test_requests_issued_together_finish_as_with_fair_sharing(requests):
+    """k writes issued at once end at latency + total bytes / bandwidth (each pays the latency
+    once, in parallel); the first at latency + its bytes / bandwidth."""
+    spec = StorageSpec(name="pfs", bandwidth=1.3e9, latency=1e-3, capacity=1e15, shared=True)
+    sim = Simulation(0)
+    storage = Storage(sim, "pfs", spec)
+    sizes = [3 * 2**20 + 7 + 1000 * i for i in range(requests)]
+    ends: list[float] = []
+
+    def write(nbytes):
+        ends.append((yield from storage.write(nbytes, 1)))
+
+    for nbytes in sizes:
+        sim.process(write(nbytes))
+    sim.run()
+    assert ends[0] == pytest.approx(spec.latency + sizes[0] / spec.bandwidth, rel=1e-12)
+    assert max(ends) == pytest.approx(spec.latency + sum(sizes) / spec.bandwidth, rel=1e-12)
 
 
 def test_storage_too_small_for_a_snapshot_is_a_simulated_oom():

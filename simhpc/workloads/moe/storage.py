@@ -5,8 +5,10 @@ versions occupy the device's capacity (a write that would not fit is a simulated
 ``storage.<name>``) until a newer version is complete, or, half-written, until given up. A node-local
 device (NVMe) gets one server per node; a shared file system (``shared: true``
 in the catalog) one server for the whole cluster, so nodes writing at once share its
-bandwidth. Serving requests in order at full bandwidth finishes a batch of requests at the
-same time as sharing the bandwidth fairly would, with one SimPy event per request. Storage
+bandwidth. A request first pays the latency (requests in flight pay theirs at once), then
+holds the server for its bytes at full bandwidth: a batch of requests issued together finishes at
+latency + total bytes / bandwidth, as sharing the bandwidth fairly would, with one SimPy event per
+request and stage. Storage
 traffic does not cross the compute fabric modelled by the network (DGX-class nodes reach
 their file system through separate storage NICs).
 """
@@ -46,14 +48,16 @@ class Storage:
         """Version -> bytes of it stored here (written or being written)."""
 
     def _serve(self, op: str, nbytes: float, label: str) -> Generator[Any, Any, float]:
-        """Queue, then hold the server for the request; an interrupt (a failure gave the write or
-        the reload up) gives the server up at once, a started request's span ending there."""
+        """Pay the latency, queue, then hold the server for the request's bytes; an interrupt (a
+        failure gave the write or the reload up) gives the server up at once, a started transfer's
+        span ending there."""
         name = f"{op} {label}".strip()
+        yield self.sim.timeout(self.spec.latency)
         with self._resource.request() as request:
             yield request
             start = self.sim.now
             try:
-                yield self.sim.timeout(self.spec.latency + nbytes / self.spec.bandwidth)
+                yield self.sim.timeout(nbytes / self.spec.bandwidth)
             except simpy.Interrupt:
                 self._track.span(f"{name} (abandoned)", start, self.sim.now, "storage")
                 raise
