@@ -1,5 +1,6 @@
 """Bad input: every malformed scenario exits with status 2 and one line naming the field."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,9 +69,10 @@ CASES = [
     ("iterations-zero", edited(setter("workload.iterations", 0)), [], "workload.iterations"),
     ("iterations-float", edited(setter("workload.iterations", 2.5)), [], "workload.iterations"),
     ("yaml-syntax", "name: [unclosed\nworkload: {kind: collective\n", [], "YAML syntax error at line"),
-    ("unknown-workload-kind", edited(setter("workload.kind", "quantum")), [], ("workload", "'quantum'")),
+    ("unknown-workload-kind", edited(setter("workload.kind", "quantum")), [],
+     ("workload.kind: unknown kind 'quantum' (expected one of:", "'collective'")),
     ("unknown-topology-kind", edited(setter("network.topology.kind", "hypercube")), [],
-     "network.topology: kind 'hypercube'"),
+     "network.topology.kind: unknown kind 'hypercube' (expected one of: 'single_switch'"),
     ("unknown-node", edited(setter("network.topology", {"kind": "gpu_cluster", "node": "dgx-z9"})), [],
      "network.topology.node: unknown node 'dgx-z9'"),
     ("empty-file", "", [], "file is empty"),
@@ -180,6 +182,18 @@ CASES = [
      "workload.failures.mtbf: must be > 0"),
     ("replicas-beyond-nodes", MOE_SCENARIO, ["--set", "workload.checkpoint.replicas=3"],
      "workload.checkpoint.replicas: 3 copies of each checkpoint need 3 nodes, the cluster has 2"),
+    ("vocab-zero", MOE_SCENARIO, ["--set", "workload.model.vocab=0"], "workload.model.vocab: Input should be greater"),
+    ("simd-isa-unknown", PCIE_SCENARIO, ["--set", "hardware.cpus.xeon={sockets: 1, cores_per_socket: 8, "
+                                         "clock: 2 GHz, simd: {isa: avx-512, width_bits: 512, fma_units: 2}, "
+                                         "memory_bandwidth: 100 GB/s, memory_latency: 90 ns}"],
+     "hardware.cpus.xeon.simd.isa: unknown instruction set 'avx-512' (known: avx512, avx2"),
+    ("simd-width-wrong", PCIE_SCENARIO, ["--set", "hardware.cpus.xeon={sockets: 1, cores_per_socket: 8, "
+                                         "clock: 2 GHz, simd: {isa: sve, width_bits: 320, fma_units: 2}, "
+                                         "memory_bandwidth: 100 GB/s, memory_latency: 90 ns}"],
+     "hardware.cpus.xeon.simd.width_bits: sve registers are not 320 bits wide (possible: 128 to 2048 in steps"),
+    ("name-too-long", VALID, ["--set", "name=" + "x" * 201], "name: String should have at most 200 characters"),
+    ("override-path-too-deep", VALID, ["--set", ".".join(["a"] * 500) + ".b=1", "--set", "seed=1"],
+     "path has 501 parts, more than 32"),
 ]
 
 
@@ -206,6 +220,19 @@ def test_directory_and_missing_file(tmp_path: Path):
         result = CliRunner().invoke(main, ["run", str(target)])
         assert result.exit_code == 2
         assert expected in result.stderr
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_pipes_and_devices_are_refused_before_reading(tmp_path: Path, special: str):
+    """A FIFO without a writer would block the read for ever; /dev/zero would never end."""
+    target = Path(special)
+    if special == "fifo":
+        target = tmp_path / "scenario.yaml"
+        os.mkfifo(target)
+    result = CliRunner().invoke(main, ["run", str(target), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"error: {target}: not a regular file (a pipe or device?), " \
+                                    "expected a scenario file (.yaml)"
 
 
 def test_real_process_prints_no_traceback(tmp_path: Path):
@@ -244,3 +271,12 @@ def test_set_values_that_are_not_yaml_stay_text_but_refused_yaml_is_reported() -
     assert parse_override("name=[1, 2") == ("name", "[1, 2")
     with pytest.raises(OverrideError, match="given twice"):
         parse_override("workload={kind: a, kind: b}")
+
+
+def test_a_file_beyond_the_size_limit_is_refused_without_reading_it_all(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("simhpc.scenario.loader.MAX_SCENARIO_BYTES", 1000)
+    path = tmp_path / "big.yaml"
+    path.write_text(VALID + "#" * 2000 + "\n")
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"error: {path}: file is too large for a scenario (over 1000 bytes)"

@@ -104,6 +104,22 @@ class _Fields:
         return value
 
 
+SIMD_WIDTHS: dict[str, range] = {
+    "avx512": range(512, 513),
+    "avx2": range(256, 257),
+    "avx": range(256, 257),
+    "sse": range(128, 129),
+    "neon": range(128, 129),
+    "sve": range(128, 2049, 128),  # an implementation's choice: a multiple of 128 up to 2048
+    "scalar": range(64, 65),
+}
+"""Vector instruction sets a CPU's ``simd.isa`` may name, with their register widths in bits."""
+
+
+def _widths(widths: range) -> str:
+    return str(widths[0]) if len(widths) == 1 else f"{widths[0]} to {widths[-1]} in steps of {widths.step}"
+
+
 def _link(data: Any, path: str) -> LinkSpec:
     f = _Fields(data, path, ("bandwidth", "latency", "source"))
     return LinkSpec(f.quantity("bandwidth", "bandwidth"), f.quantity("latency", "time", positive=False))
@@ -136,8 +152,14 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
     half = s.raw("half", [])
     if not isinstance(half, list) or any(h not in HALF_TYPES for h in half):
         raise CatalogError(f"{path}.simd.half", f"expected a list of {' / '.join(HALF_TYPES)}, got {half!r}")
-    simd = SimdUnit(s.text("isa"), s.integer("width_bits", minimum=64), s.integer("fma_units"),
-                    s.flag("gather", True), tuple(sorted(set(half))))
+    isa, width = s.text("isa"), s.integer("width_bits", minimum=64)
+    if isa not in SIMD_WIDTHS:
+        raise CatalogError(f"{path}.simd.isa",
+                           f"unknown instruction set {_shown(isa)} (known: {', '.join(SIMD_WIDTHS)})")
+    if width not in SIMD_WIDTHS[isa]:
+        raise CatalogError(f"{path}.simd.width_bits", f"{isa} registers are not {width} bits wide "
+                                                      f"(possible: {_widths(SIMD_WIDTHS[isa])})")
+    simd = SimdUnit(isa, width, s.integer("fma_units"), s.flag("gather", True), tuple(sorted(set(half))))
     caches = f.raw("caches", [])
     if not isinstance(caches, list):
         raise CatalogError(f"{path}.caches", "expected a list of cache levels")

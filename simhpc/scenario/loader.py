@@ -34,12 +34,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ScenarioError(source, "", "no such file")
     if file.is_dir():
         raise ScenarioError(source, "", "is a directory, expected a scenario file (.yaml)")
+    if not file.is_file():
+        raise ScenarioError(source, "", "not a regular file (a pipe or device?), expected a scenario file (.yaml)")
     try:
-        raw = file.read_bytes()
+        with file.open("rb") as stream:
+            raw = stream.read(MAX_SCENARIO_BYTES + 1)
     except OSError as error:
         raise ScenarioError(source, "", f"cannot read: {error.strerror}") from None
     if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(source, "", f"file is too large for a scenario ({len(raw)} bytes)")
+        raise ScenarioError(source, "", f"file is too large for a scenario (over {MAX_SCENARIO_BYTES} bytes)")
     if b"\x00" in raw:
         raise ScenarioError(source, "", "not a text file (binary content)")
     try:
@@ -136,5 +139,6 @@ def with_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) 
             path, value = parse_override(text)
             data = apply_override(data, path, value)
         except OverrideError as error:
-            raise ScenarioError(source, error.path, f"{error} (--set {text})") from None
+            shown = text if len(text) <= 120 else text[:117] + "..."
+            raise ScenarioError(source, error.path, f"{error} (--set {shown})") from None
     return data

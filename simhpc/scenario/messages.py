@@ -55,7 +55,8 @@ def _message(error: Mapping[str, Any], got: bool = True) -> str:
     if error["type"] == "extra_forbidden":
         return "unknown field"
     if error["type"] == "union_tag_invalid":
-        return message.replace("Input tag", "kind").replace(" found using 'kind'", "")
+        context = error.get("ctx") or {}
+        return f"unknown kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"
     if got and "input" in error and error["type"] not in ("value_error",) \
             and not isinstance(error["input"], (dict, list)):
         message += f", got {error['input']!r}"
@@ -83,6 +84,8 @@ def describe_validation_error(error: ValidationError, data: Any) -> tuple[str, s
     if chosen["type"] == "union_tag_not_found":  # a mapping without its kind
         tag = str((chosen.get("ctx") or {}).get("discriminator", "kind")).strip("'\"")
         chosen_loc, chosen = (*chosen_loc, tag), {"type": "missing", "msg": "", "loc": ()}
+    if chosen["type"] == "union_tag_invalid":  # the mapping's kind names no member
+        chosen_loc = (*chosen_loc, str((chosen.get("ctx") or {}).get("discriminator", "kind")).strip("'\""))
     message = _message(chosen, got=not alternatives)
     for other in alternatives:
         text = _message(other, got=False)

@@ -9,6 +9,10 @@ import yaml
 
 from simhpc.scenario.yamlio import DuplicateKeyError, ExpansionError, load_yaml
 
+MAX_PATH_PARTS = 32
+"""Most dotted parts an override path may have: far deeper than any scenario, and shallow enough
+that the mapping it creates can still be copied and validated."""
+
 
 class OverrideError(ValueError):
     """An override is malformed or names a path that does not exist."""
@@ -42,8 +46,10 @@ def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any
     as ``outputs``); the schema then decides whether the path exists, so a typo is reported as an
     unknown field at its path. List items must exist.
     """
-    result = copy.deepcopy(data)
     parts = path.split(".")
+    if len(parts) > MAX_PATH_PARTS:
+        raise OverrideError(path[:80] + "...", f"path has {len(parts)} parts, more than {MAX_PATH_PARTS}")
+    result = copy.deepcopy(data)
     node: Any = result
     for depth, part in enumerate(parts):
         here = ".".join(parts[: depth + 1])

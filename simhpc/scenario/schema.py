@@ -28,7 +28,8 @@ class OutputsConfig(Strict):
 class ScenarioBase(Strict):
     """Fields every scenario has; ``workload`` is added per registered workload kind."""
 
-    name: str = "scenario"
+    name: str = Field("scenario", min_length=1, max_length=200)
+    """Shown in titles and file names: a line, not a document (the ``description`` holds that)."""
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED, strict=True)
     hardware: dict[str, Any] | None = None

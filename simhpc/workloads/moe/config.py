@@ -35,7 +35,7 @@ class MoEModelConfig(Strict):
     gated_ffn: bool = False
     """SwiGLU experts (three matrices, Mixtral/LLaMA) instead of two (GPT)."""
     sequence_length: PositiveInt = 2048
-    vocab: Count = 50257
+    vocab: PositiveInt = 50257
     """Embedding rows (tied input/output embedding, dense, data-parallel)."""
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     """Type of weights, activations and gradients on the GPU."""
