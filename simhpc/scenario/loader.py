@@ -35,7 +35,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if file.is_dir():
         raise ScenarioError(source, "", "is a directory, expected a scenario file (.yaml)")
     if not file.is_file():
-        raise ScenarioError(source, "", "not a regular file (a pipe or device?), expected a scenario file (.yaml)")
+        raise ScenarioError(source, "", "not a regular file (a pipe or a device?)")
     try:
         with file.open("rb") as stream:
             raw = stream.read(MAX_SCENARIO_BYTES + 1)
