@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Generator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from simhpc.network.schedules import binomial_children
 from simhpc.registry import register
@@ -41,7 +43,8 @@ class CollectiveConfig(Strict):
     """Per-rank buffer size S (all_to_all: S is split evenly among the destinations)."""
     ranks: PositiveInt | list[str] | None = None
     """How many endpoints take part (the first N), their names, or all (default)."""
-    iterations: PositiveInt = 1
+    iterations: Annotated[int, Field(gt=0, le=10_000, strict=True)] = 1
+    """Times the collective runs, at most 10,000 (each one is simulated message by message)."""
     gap: Time = 0.0
     """Idle time between iterations (stands for compute)."""
     root: Count = 0
