@@ -191,6 +191,8 @@ CASES = [
                                          "clock: 2 GHz, simd: {isa: sve, width_bits: 320, fma_units: 2}, "
                                          "memory_bandwidth: 100 GB/s, memory_latency: 90 ns}"],
      "hardware.cpus.xeon.simd.width_bits: sve registers are not 320 bits wide (possible: 128 to 2048 in steps"),
+    ("global-batch-below-gpus", MOE_SCENARIO, ["--set", "workload.global_batch=24"],
+     "workload.global_batch: 24 sequences do not split evenly over the 16 data-parallel GPUs"),
     ("collective-iterations-cap", VALID, ["--set", "workload.iterations=10001"],
      "workload.iterations: Input should be less than or equal to 10000"),
     ("name-too-long", VALID, ["--set", "name=" + "x" * 201], "name: String should have at most 200 characters"),

@@ -106,9 +106,9 @@ class MoETrainingWorkload(Workload):
         if experts % ep:
             raise InvalidReference("model.experts", f"{experts} experts cannot be spread evenly over "
                                    f"{ep} expert-parallel GPUs")
-        if (config.global_batch * config.model.sequence_length) % world:
+        if config.global_batch % world:
             raise InvalidReference("global_batch", f"{config.global_batch} sequences do not split evenly "
-                                   f"into tokens for {world} GPUs")
+                                   f"over the {world} data-parallel GPUs (every GPU trains whole sequences)")
         return ep
 
     def __init__(self, config: MoETrainingConfig, context: RunContext) -> None:
