@@ -307,11 +307,14 @@ def plot_sweep(folder: str | Path, x: str, y: str, hue: str | None = None, where
     """
     folder = Path(folder)
     with ResultStore(folder, readonly=True) as store:
-        records = store.records()
+        records = store.planned_records()  # the last sweep's runs: not those of earlier scenario versions
+        earlier = store.count() - len(records)
     if not records:
         raise PlotError(f"{folder}: the sweep has no results yet")
     records = select(records, where)
     groups, notes = group_runs(records, x, y, hue)
+    if earlier:
+        notes.append(f"left out {earlier} stored runs of earlier versions of the sweep (not in its last plan)")
     stem = name or f"plot_{_filename(y)}"
     png, table = folder / f"{stem}.png", folder / f"{stem}.csv"
     draw(groups, png, x, y, hue, errorbar, kind)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from simhpc.errors import SimhpcError
 from simhpc.sweep.errors import SweepError
 from simhpc.sweep.executors import ExecutorConfig, open_executor
 from simhpc.sweep.export import write_atomically, write_csv, write_parquet
@@ -54,13 +57,23 @@ def write_spec(plan: SweepPlan, folder: Path) -> Path:
 
 
 def export(store: ResultStore, folder: Path) -> list[Path]:
-    """Write ``results.csv`` (and ``results.parquet`` when pyarrow is installed) from the store."""
-    records = store.records()
+    """Write ``results.csv`` (and ``results.parquet`` when pyarrow is installed) from the store.
+
+    Only the runs of the sweep last planned here are exported (in sweep order); runs of earlier
+    versions of the scenario or spec stay in the store as a cache.
+    """
+    records = store.planned_records()
     written = [write_csv(records, folder / CSV_NAME)]
     parquet = write_parquet(records, folder / PARQUET_NAME)
     if parquet is not None:
         written.append(parquet)
     return written
+
+
+def _export_quietly(store: ResultStore, folder: Path) -> None:
+    """Export on the way out of a failed or interrupted sweep, never masking its exception."""
+    with contextlib.suppress(OSError, SimhpcError, sqlite3.Error):
+        export(store, folder)
 
 
 def _checked(point: SweepPoint, outcome: RunOutcome) -> RunOutcome:
@@ -111,9 +124,11 @@ def run_sweep(plan: SweepPlan, folder: str | Path, config: ExecutorConfig | None
             if todo:
                 _execute(plan, todo, store, report, config, retry_errors,
                          str(folder / "runs") if run_outputs else None, progress, interactive, say)
-        finally:
-            report.exports = export(store, folder)
-        stored_errors = {record.key: record.error or "" for record in store.records()
+        except BaseException:
+            _export_quietly(store, folder)  # what finished is in the tables; the first failure is reported
+            raise
+        report.exports = export(store, folder)
+        stored_errors = {record.key: record.error or "" for record in store.planned_records()
                          if record.status == "error"}
     report.failed = [(point, stored_errors[point.key].splitlines()[0] if stored_errors[point.key] else "")
                      for point in plan.points if point.key in stored_errors]

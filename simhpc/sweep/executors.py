@@ -13,8 +13,9 @@ import os
 import signal
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed, wait
+from collections import Counter, deque
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from simhpc.sweep.plan import SweepPoint
 from simhpc.sweep.worker import RunOutcome, init_worker, run_point
 
 START_METHODS = ("forkserver", "spawn", "fork")
+MAX_WORKER_DEATHS = 2
+"""A point whose worker process dies this many times is stored as an error."""
 DASK_MISSING = "the dask executor needs the 'dask' extra: pip install -e '.[dask]' in the simhpc checkout"
 
 
@@ -132,7 +135,14 @@ def _interrupts_held(ignore_ctrl_c: bool = False) -> Iterator[None]:
 
 
 class LocalExecutor(SweepExecutor):
-    """A process pool on this machine."""
+    """A process pool on this machine.
+
+    A worker process that dies (killed, out of memory, a crash in a run) breaks the pool and
+    every run in flight. Those runs are then run again one at a time, each in a process of its
+    own, which tells the point that kills its process from the ones that were only beside it;
+    a point whose process dies ``MAX_WORKER_DEATHS`` times is stored as an error and the sweep
+    goes on in a fresh pool.
+    """
 
     def __init__(self, workers: int, start_method: str = "forkserver") -> None:
         if start_method not in START_METHODS:
@@ -140,6 +150,7 @@ class LocalExecutor(SweepExecutor):
         self.workers = workers
         self.start_method = start_method
         self._pool: ProcessPoolExecutor | None = None
+        self._context: Any = None
 
     def describe(self) -> str:
         return f"local, {self.workers} process{'es' if self.workers > 1 else ''}"
@@ -152,9 +163,15 @@ class LocalExecutor(SweepExecutor):
             # (which is the sweep's to handle), not even while they import.
             with _interrupts_held(ignore_ctrl_c=True):
                 forkserver.ensure_running()
+        self._context = context
+        self._start_pool()
+        return self
+
+    def _start_pool(self) -> None:
+        """Start the pool and every one of its workers."""
         try:
             with _interrupts_held(ignore_ctrl_c=self.start_method == "spawn"):
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=context,
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=self._context,
                                                  initializer=_init_local_worker, initargs=(os.getpid(),))
                 # Start every worker now (one no-op task each): submitting the runs then spawns
                 # nothing, so a Ctrl-C during the sweep never lands inside a process start.
@@ -162,7 +179,6 @@ class LocalExecutor(SweepExecutor):
         except KeyboardInterrupt:
             self.__exit__(KeyboardInterrupt)
             raise
-        return self
 
     def __exit__(self, kind: object, *rest: object) -> None:
         if self._pool is None:
@@ -181,18 +197,127 @@ class LocalExecutor(SweepExecutor):
             outdir: str | None = None) -> Iterator[tuple[SweepPoint, RunOutcome]]:
         if self._pool is None:
             raise RuntimeError("LocalExecutor.run outside its 'with' block")
-        futures = {self._pool.submit(run_point, point.data, source, outdir): point for point in points}
-        for future in as_completed(futures):
-            point = futures[future]
+        queue = deque(points)
+        deaths: Counter[str] = Counter()
+        idle_breaks = 0
+        while queue:
+            if self._pool is None:
+                self._start_pool()
+            before = len(queue)
+            suspects = yield from self._run_pooled(queue, source, outdir)
+            if suspects is None:
+                idle_breaks = idle_breaks + 1 if len(queue) == before else 1
+                if idle_breaks >= MAX_WORKER_DEATHS:
+                    raise SweepError("the sweep's worker processes die before they run anything "
+                                     "(out of memory?); finished runs are stored, re-run the sweep to resume")
+                continue
+            if not suspects:
+                continue
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.shutdown(wait=True)
+            if len(suspects) == 1:  # alone in flight: its run is what killed the worker
+                deaths[suspects[0].key] += 1
+            for point in suspects:
+                yield point, self._run_alone(point, source, outdir, deaths)
+
+    def _run_pooled(self, queue: deque[SweepPoint], source: str, outdir: str | None,
+                    ) -> Generator[tuple[SweepPoint, RunOutcome], None, list[SweepPoint] | None]:
+        """Run points off ``queue`` in the pool until it is empty or the pool breaks.
+
+        At most two runs per worker (one running, one queued) are in flight, so a broken pool
+        names the few points that may have killed it. Returns those points (none if the pool did
+        not break), or None if it broke with no run in flight.
+        """
+        pool = self._pool
+        assert pool is not None
+        in_flight: dict[Future[RunOutcome], SweepPoint] = {}
+        suspects: list[SweepPoint] = []
+        while queue or in_flight:
+            while queue and not suspects and len(in_flight) < 2 * self.workers:
+                point = queue.popleft()
+                try:
+                    in_flight[pool.submit(run_point, point.data, source, outdir)] = point
+                except BrokenProcessPool:
+                    queue.appendleft(point)
+                    break
+            if not in_flight:
+                break
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda future: in_flight[future].index):
+                point = in_flight.pop(future)
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    suspects.append(point)
+                    continue
+                except Exception as error:
+                    outcome = _failed(point, error, "local executor")
+                yield point, outcome
+        if queue and not suspects:  # broken with no run in flight (a worker killed while idle)
+            self._pool = None
+            pool.shutdown(wait=True)
+            return None
+        return sorted(suspects, key=lambda point: point.index)
+
+    def _run_alone(self, point: SweepPoint, source: str, outdir: str | None,
+                   deaths: Counter[str]) -> RunOutcome:
+        """Run one point in a process of its own, again if the process dies, up to the limit."""
+        while True:
+            outcome, exitcode = self._run_in_own_process(point, source, outdir)
+            if outcome is not None:
+                return outcome
+            deaths[point.key] += 1
+            count = deaths[point.key]
+            if count >= MAX_WORKER_DEATHS:
+                times = "twice" if count == 2 else f"{count} times"
+                return RunOutcome(point.key, "error", None,
+                                  f"worker died ({_death_cause(exitcode)}) {times} while running this point "
+                                  "(a crash, or killed: out of memory?); stored as an error so the sweep "
+                                  "goes on", 0.0)
+
+    def _run_in_own_process(self, point: SweepPoint, source: str,
+                            outdir: str | None) -> tuple[RunOutcome | None, int | None]:
+        """(outcome, None), or (None, exit code) if the process died before it sent an outcome."""
+        reader, writer = self._context.Pipe(duplex=False)
+        process = self._context.Process(target=_run_in_process,
+                                        args=(writer, os.getpid(), point.data, source, outdir))
+        try:
+            with _interrupts_held(ignore_ctrl_c=self.start_method == "spawn"):
+                process.start()
+            writer.close()
             try:
-                outcome = future.result()
-            except BrokenProcessPool:
-                raise SweepError(
-                    "a worker process died (killed, or out of memory) while running the sweep; "
-                    "finished runs are stored, re-run the sweep to resume") from None
-            except Exception as error:
-                outcome = _failed(point, error, "local executor")
-            yield point, outcome
+                outcome: RunOutcome | None = reader.recv()
+            except EOFError:  # the process ended without sending its outcome
+                outcome = None
+            process.join()
+        except BaseException:
+            if process.pid is not None:
+                process.terminate()
+                process.join()
+            raise
+        finally:
+            writer.close()
+            reader.close()
+        return outcome, (None if outcome is not None else process.exitcode)
+
+
+def _run_in_process(writer: Any, sweep_pid: int, data: dict[str, Any], source: str,
+                    outdir: str | None) -> None:
+    """Body of a process running one point alone: run it, send the outcome to the sweep."""
+    _init_local_worker(sweep_pid)
+    writer.send(run_point(data, source, outdir))
+    writer.close()
+
+
+def _death_cause(exitcode: int | None) -> str:
+    """``exit code 3``, or ``signal SIGKILL`` for a process a signal ended."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 class DaskExecutor(SweepExecutor):

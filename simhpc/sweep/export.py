@@ -5,6 +5,7 @@ exported (``results.sqlite`` keeps it, column ``wall_s`` of table ``runs``)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -82,7 +83,9 @@ def write_atomically(path: str | Path, write: Callable[[Path], object]) -> Path:
         write(temporary)
         os.replace(temporary, path)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        # A folder in the way or a read-only folder: the write's own error is the one to report.
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
         raise
     return path
 

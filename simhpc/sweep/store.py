@@ -7,11 +7,12 @@ on disk or absent, even if the sweep is killed. Only the sweep's parent process 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,27 +89,55 @@ class ResultStore:
             if not self.path.is_file():
                 raise SweepError(f"{self.folder}: no sweep results here (no {STORE_NAME})")
             self._db = self._connect()
-            self._check_version()
+            try:
+                self._check_version()
+            except sqlite3.Error as error:
+                self.close()
+                raise SweepError(f"{self.path}: cannot read the result store ({error})") from None
+            except BaseException:
+                self.close()
+                raise
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         self._take_lock()
-        self._db = self._connect()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._check_version()
-        with self._transaction():
-            for statement in _statements():
-                self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        try:
+            self._db = self._connect()
+            with self._writing():
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._check_version()
+                with self._transaction():
+                    for statement in _statements():
+                        self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            self.close()
+            raise
         sync_folder(self.folder)
 
     def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as error:
+            raise SweepError(f"{self.path}: cannot open the result store ({error})") from None
+        try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError as error:  # no access (permissions, a folder in the way), locked
+            db.close()
+            raise SweepError(f"{self.path}: cannot open the result store ({error})") from None
         except sqlite3.DatabaseError as error:
+            db.close()
             raise SweepError(f"{self.path}: not a sweep result store ({error})") from None
         return db
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a SQLite failure while writing (read-only file or folder, disk full) into a SweepError."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            hint = "; check the permissions of the file and its folder" if "readonly" in str(error) else ""
+            raise SweepError(f"{self.path}: cannot write to the result store ({error}){hint}") from None
 
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -137,7 +166,9 @@ class ResultStore:
 
     def close(self) -> None:
         """Close the database and release the folder lock."""
-        self._db.close()
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -148,7 +179,7 @@ class ResultStore:
 
     def set_plan(self, keys: Iterable[str]) -> None:
         """Record the current sweep's keys in order (exports list these runs first, in order)."""
-        with self._transaction():
+        with self._writing(), self._transaction():
             self._db.execute("DELETE FROM plan")
             self._db.executemany("INSERT INTO plan (idx, key) VALUES (?, ?)", enumerate(keys))
 
@@ -175,7 +206,7 @@ class ResultStore:
             json.dumps(scenario, sort_keys=True, separators=(",", ":")),
             datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         )
-        with self._transaction():
+        with self._writing(), self._transaction():
             cursor = self._db.execute(
                 f"{verb} INTO runs (key, params, seed, status, summary, error, wall_s, scenario, finished_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
@@ -183,9 +214,23 @@ class ResultStore:
 
     def records(self) -> list[RunRecord]:
         """Every stored run: the last sweep's runs in sweep order, then any others by key."""
+        return self._select(
+            " LEFT JOIN plan p ON p.key = r.key ORDER BY p.idx IS NULL, p.idx, r.key")
+
+    def planned_records(self) -> list[RunRecord]:
+        """The stored runs of the last sweep's plan, in sweep order (every run if no plan is recorded).
+
+        Runs of earlier versions of the scenario or spec stay in the store (a cache a later sweep
+        may hit again) but are not part of the current sweep's results.
+        """
+        if self._db.execute("SELECT count(*) FROM plan").fetchone()[0] == 0:
+            return self.records()
+        return self._select(" JOIN plan p ON p.key = r.key ORDER BY p.idx")
+
+    def _select(self, tail: str) -> list[RunRecord]:
         rows = self._db.execute(
             "SELECT r.key, r.params, r.seed, r.status, r.summary, r.error, r.wall_s, r.scenario FROM runs r"
-            " LEFT JOIN plan p ON p.key = r.key ORDER BY p.idx IS NULL, p.idx, r.key").fetchall()
+            + tail).fetchall()
         return [
             RunRecord(key, json.loads(params), seed, status, None if summary is None else json.loads(summary),
                       error, wall_s, json.loads(scenario))
@@ -211,7 +256,11 @@ class _Transaction:
         self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if kind is not None else "COMMIT")
+        if kind is None:
+            self.db.execute("COMMIT")
+            return
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already; report the first error
+            self.db.execute("ROLLBACK")
 
 
 def sync_folder(folder: Path) -> None:

@@ -1,0 +1,179 @@
+"""Sweeps that meet a hostile file system or dying workers: one-line errors, no lost or stale runs."""
+
+import csv
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simhpc.cli import main
+from simhpc.report.sweep_plot import plot_sweep
+from simhpc.sweep import ExecutorConfig, executors, load_plan, run_sweep, worker
+
+
+def scenario(latency: str = "1 us") -> dict:
+    return {
+        "name": "tiny",
+        "seed": 0,
+        "network": {"mode": "analytic", "topology": {"kind": "single_switch", "hosts": 4,
+                                                     "bandwidth": "100 Gb/s", "latency": latency}},
+        "workload": {"kind": "collective", "collective": "all_reduce", "size": "1 MiB", "iterations": 1},
+    }
+
+
+def write(folder: Path, sweep: dict, latency: str = "1 us") -> Path:
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump({**scenario(latency), "sweep": sweep}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def sweep(path: Path, out: Path, *extra: str):
+    return CliRunner().invoke(main, ["sweep", str(path), "-o", str(out), "-q", "--workers", "1", *extra])
+
+
+def csv_keys(out: Path) -> list[str]:
+    with (out / "results.csv").open(newline="") as handle:
+        return [row["key"] for row in csv.DictReader(handle)]
+
+
+def stored_count(out: Path) -> int:
+    with sqlite3.connect(out / "results.sqlite") as db:
+        return db.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+def test_read_only_store_is_one_line_exit_2(tmp_path, monkeypatch):
+    path = write(tmp_path, {"seeds": [0, 1]})
+    out = tmp_path / "out"
+    assert sweep(path, out).exit_code == 0
+    store = out / "results.sqlite"
+    store.chmod(0o444)
+    if os.geteuid() == 0 or os.access(store, os.W_OK):  # root writes anyway: open it read-only instead
+        connect = sqlite3.connect
+
+        def read_only(database, *args, **kwargs):
+            if Path(database) == store:
+                return connect(f"file:{database}?mode=ro", *args, uri=True, **kwargs)
+            return connect(database, *args, **kwargs)
+
+        monkeypatch.setattr(sqlite3, "connect", read_only)
+    path = write(tmp_path, {"seeds": [0, 1, 2]})
+    result = sweep(path, out)
+    store.chmod(0o644)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {store}: cannot write to the result store (attempt to write a readonly")
+    assert stored_count(out) == 2
+
+
+def test_export_and_plot_hold_only_the_current_version_of_the_scenario(tmp_path):
+    out = tmp_path / "out"
+    first = write(tmp_path, {"seeds": [0, 1]})
+    old_keys = [point.key for point in load_plan(first).points]
+    assert sweep(first, out).exit_code == 0
+    assert csv_keys(out) == old_keys
+
+    changed = write(tmp_path, {"seeds": [0, 1]}, latency="2 us")  # a base parameter changed
+    new_keys = [point.key for point in load_plan(changed).points]
+    assert not set(new_keys) & set(old_keys)
+    result = sweep(changed, out)
+    assert result.exit_code == 0 and "2 runs: 2 ran (2 ok), 0 already stored" in result.output
+    assert csv_keys(out) == new_keys  # not the runs of the first version
+    assert stored_count(out) == 4  # the older runs stay in the store, a cache
+
+    figure = plot_sweep(out, "seed", "workload.mean_time_s")
+    assert [group.n for group in figure.groups] == [1, 1]
+    assert any("left out 2 stored runs of earlier versions" in note for note in figure.notes)
+    result = CliRunner().invoke(main, ["plot", str(out), "--x", "seed", "--y", "workload.mean_time_s"])
+    assert result.exit_code == 0 and "(2 points)" in result.output
+
+    back = write(tmp_path, {"seeds": [0, 1]})  # back to the first version: served from the store
+    result = sweep(back, out)
+    assert result.exit_code == 0 and "0 ran, 2 already stored" in result.output
+    assert csv_keys(out) == old_keys
+
+
+def test_a_failure_is_not_masked_by_the_export_on_the_way_out(tmp_path):
+    path = write(tmp_path, {"seeds": [0, 1]})
+    out = tmp_path / "out"
+    assert sweep(path, out).exit_code == 0
+    (out / "sweep.yaml.tmp").mkdir()  # the spec cannot be written, and neither can the tables
+    (out / "results.csv.tmp").mkdir()
+    result = sweep(write(tmp_path, {"seeds": [0, 1, 2]}), out)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.strip().splitlines() == [f"error: {out / 'sweep.yaml.tmp'}: Is a directory"]
+
+
+def test_a_run_failure_mid_sweep_is_reported_not_the_export(tmp_path, monkeypatch):
+    from simhpc.sweep import driver
+    from simhpc.sweep.errors import SweepError
+
+    path = write(tmp_path, {"seeds": [0, 1, 2]})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv.tmp").mkdir()
+    record = driver.ResultStore.record
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise SweepError("disk gone")
+        return record(self, *args, **kwargs)
+
+    monkeypatch.setattr(driver.ResultStore, "record", failing)
+    with pytest.raises(SweepError, match="disk gone"):
+        run_sweep(load_plan(path), out, ExecutorConfig(workers=1), progress=False)
+    assert stored_count(out) == 1  # the run finished before the failure is kept
+
+
+def _crash_some(data: dict, source: str, outdir: str | None = None) -> worker.RunOutcome:
+    """run_point, but the run of seed 1 kills its process (``CRASH``: how; ``ONCE``: first time only)."""
+    if data.get("seed") == 1:
+        once = os.environ.get("CRASH_ONCE")
+        if not once or not os.path.exists(once):
+            if once:
+                Path(once).touch()
+            if os.environ.get("CRASH") == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(7)
+    return worker.run_point(data, source, outdir)
+
+
+@pytest.mark.parametrize(("workers", "how", "cause"), [(1, "exit", "exit code 7"), (2, "exit", "exit code 7"),
+                                                       (2, "kill", "signal SIGKILL")])
+def test_a_point_that_kills_its_worker_is_stored_as_an_error(tmp_path, monkeypatch, workers, how, cause):
+    monkeypatch.setattr(executors, "run_point", _crash_some)  # forked workers inherit it
+    monkeypatch.setenv("CRASH", how)
+    monkeypatch.delenv("CRASH_ONCE", raising=False)
+    path = write(tmp_path, {"seeds": [0, 1, 2, 3, 4]})
+    plan = load_plan(path)
+    out = tmp_path / "out"
+    report = run_sweep(plan, out, ExecutorConfig(workers=workers, start_method="fork"), progress=False)
+    assert report.ran == 5 and dict(report.counts) == {"ok": 4, "error": 1}
+    [(point, message)] = report.failed
+    assert point.seed == 1
+    assert message.startswith(f"worker died ({cause}) twice while running this point")
+    with sqlite3.connect(out / "results.sqlite") as db:
+        statuses = dict(db.execute("SELECT seed, status FROM runs").fetchall())
+    assert statuses == {0: "ok", 1: "error", 2: "ok", 3: "ok", 4: "ok"}
+    assert len(csv_keys(out)) == 5
+
+    again = run_sweep(plan, out, ExecutorConfig(workers=workers, start_method="fork"), progress=False)
+    assert (again.ran, again.skipped, len(again.failed)) == (0, 5, 1)  # stored: not run again
+
+
+def test_a_worker_that_dies_once_is_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "run_point", _crash_some)
+    monkeypatch.setenv("CRASH", "exit")
+    monkeypatch.setenv("CRASH_ONCE", str(tmp_path / "crashed"))
+    path = write(tmp_path, {"seeds": [0, 1, 2, 3]})
+    report = run_sweep(load_plan(path), tmp_path / "out", ExecutorConfig(workers=2, start_method="fork"),
+                       progress=False)
+    assert (tmp_path / "crashed").exists()
+    assert report.ran == 4 and dict(report.counts) == {"ok": 4} and not report.failed
