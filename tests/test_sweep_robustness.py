@@ -177,3 +177,20 @@ def test_a_worker_that_dies_once_is_run_again(tmp_path, monkeypatch):
                        progress=False)
     assert (tmp_path / "crashed").exists()
     assert report.ran == 4 and dict(report.counts) == {"ok": 4} and not report.failed
+
+
+def test_a_large_plan_says_it_is_validating(tmp_path: Path, monkeypatch):
+    """Validating 100,000 points takes most of a minute: the sweep says so before it is silent."""
+    monkeypatch.setattr("simhpc.sweep.plan.MANY_POINTS", 4)
+    path = write(tmp_path, {"grid": {"workload.iterations": [1, 2]}, "seeds": [0, 1]})
+    result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: validating 4 points before any run starts" in result.stderr
+
+
+def test_points_do_not_share_swept_values(tmp_path: Path):
+    """Each point's scenario is its own: a swept mapping is copied, not shared between points."""
+    path = write(tmp_path, {"grid": {"workload.algorithm": ["ring", "tree"], "outputs": [{"trace": False}]}})
+    plan = load_plan(path)
+    first, second = (point.data["outputs"] for point in plan.points)
+    assert first == second == {"trace": False} and first is not second

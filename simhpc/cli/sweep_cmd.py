@@ -64,11 +64,11 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
     folder = outdir or Path("sweeps") / scenario.stem
     signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's or kill's TERM stops like Ctrl-C
     try:
-        plan = load_plan(scenario, overrides, grid, spec_file)
+        log = (lambda message: None) if quiet else (lambda message: click.echo(f"sweep: {message}", err=True))
+        plan = load_plan(scenario, overrides, grid, spec_file, log=log)
         if dry_run:
             _print_plan(plan)
             return
-        log = (lambda message: None) if quiet else (lambda message: click.echo(f"sweep: {message}", err=True))
         merged = plan.combinations - len(plan.points)
         log(f"{len(plan.points)} runs in {scenario}" + (f" ({merged} duplicate points merged)" if merged else ""))
         report = run_sweep(plan, folder, config, retry_errors=retry_errors, run_outputs=run_outputs,

@@ -40,7 +40,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """Return a copy of ``data`` with ``path`` set to ``value``.
+    """Return a copy of ``data`` with ``path`` set to ``value`` (see :func:`set_override`)."""
+    result = copy.deepcopy(data)
+    set_override(result, path, value)
+    return result
+
+
+def set_override(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` in ``data`` (in place) to a copy of ``value``.
 
     Missing mapping keys on the way are created (a section the file leaves to its defaults, such
     as ``outputs``); the schema then decides whether the path exists, so a typo is reported as an
@@ -49,8 +56,8 @@ def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any
     parts = path.split(".")
     if len(parts) > MAX_PATH_PARTS:
         raise OverrideError(path[:80] + "...", f"path has {len(parts)} parts, more than {MAX_PATH_PARTS}")
-    result = copy.deepcopy(data)
-    node: Any = result
+    value = copy.deepcopy(value)
+    node: Any = data
     for depth, part in enumerate(parts):
         here = ".".join(parts[: depth + 1])
         last = depth == len(parts) - 1
@@ -72,4 +79,3 @@ def apply_override(data: dict[str, Any], path: str, value: Any) -> dict[str, Any
                 node = node[int(part)]
         else:  # pragma: no cover - guarded above
             raise OverrideError(here, "cannot index into a value")
-    return result

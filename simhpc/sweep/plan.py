@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 from simhpc.errors import ScenarioError
 from simhpc.runner import build
 from simhpc.scenario.loader import read_yaml, scenario_from_dict, with_overrides
-from simhpc.scenario.overrides import OverrideError, apply_override
+from simhpc.scenario.overrides import OverrideError, set_override
 from simhpc.sweep.keys import resolved_scenario, run_key
 from simhpc.sweep.spec import SweepSpec, merge_grid, parse_spec
 
 MAX_POINTS = 100_000
+MANY_POINTS = 10_000
+"""From this many points the sweep says that it is validating them (a fraction of a millisecond each)."""
 
 
 @dataclass(frozen=True)
@@ -99,15 +102,15 @@ def count_combinations(spec: SweepSpec) -> int:
 
 def _apply(base: dict[str, Any], params: dict[str, Any], sections: dict[str, str],
            seed: int | None, source: str, spec_source: str) -> dict[str, Any]:
-    data = base
+    data = copy.deepcopy(base)
     for path, value in params.items():
         try:
-            data = apply_override(data, path, value)
+            set_override(data, path, value)
         except OverrideError as error:
             raise ScenarioError(spec_source, f"sweep.{sections[path]}.{path}",
                                 f"{error} ({error.path})" if error.path != path else str(error)) from None
     if seed is not None:
-        data = apply_override(data, "seed", seed)
+        set_override(data, "seed", seed)
     return data
 
 
@@ -149,7 +152,7 @@ def _validate(data: dict[str, Any], params: dict[str, Any], sections: dict[str, 
 
 
 def plan_sweep(base: dict[str, Any], source: str, spec: SweepSpec, overrides: Iterable[str] = (),
-               spec_source: str | None = None) -> SweepPlan:
+               spec_source: str | None = None, log: Callable[[str], None] | None = None) -> SweepPlan:
     """Expand ``spec`` over the raw scenario ``base`` (its ``sweep`` section is ignored).
 
     Every point is validated and keyed here, so a bad value stops the sweep before any run.
@@ -162,6 +165,8 @@ def plan_sweep(base: dict[str, Any], source: str, spec: SweepSpec, overrides: It
     total = count_combinations(spec)
     if total > MAX_POINTS:
         raise ScenarioError(spec_source, "sweep", f"{total} runs is more than the limit of {MAX_POINTS}")
+    if log is not None and total >= MANY_POINTS:
+        log(f"validating {total:,} points before any run starts")
     base = {key: value for key, value in base.items() if key != "sweep"}
     points: list[SweepPoint] = []
     seen: set[str] = set()
@@ -178,7 +183,7 @@ def plan_sweep(base: dict[str, Any], source: str, spec: SweepSpec, overrides: It
 
 
 def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterable[str] = (),
-              spec_file: str | Path | None = None) -> SweepPlan:
+              spec_file: str | Path | None = None, log: Callable[[str], None] | None = None) -> SweepPlan:
     """Read a scenario (and a separate spec file), apply ``--set`` and ``--grid``, plan the sweep.
 
     The spec is the scenario's ``sweep:`` section, or the file ``spec_file`` (a mapping with a
@@ -206,7 +211,7 @@ def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterabl
         raise ScenarioError(spec_source, "sweep",
                             "nothing to sweep: give sweep: {grid: ..., zip: ..., seeds: [...]} "
                             "or --grid PATH=V1,V2")
-    return plan_sweep(data, source, spec, overrides, spec_source)
+    return plan_sweep(data, source, spec, overrides, spec_source, log)
 
 
 def params_json(point: SweepPoint) -> str:
