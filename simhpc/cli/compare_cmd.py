@@ -13,7 +13,7 @@ from rich.table import Table
 from simhpc.cli.main import user_errors
 from simhpc.costs.benchsuite import MicrobenchError, load_suite
 from simhpc.costs.calibration import CalibratedEfficiency
-from simhpc.costs.calibration_file import host_specs, host_warnings, load_calibration
+from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings, load_calibration
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
 from simhpc.hardware.host import detect_host
@@ -62,6 +62,20 @@ def _threads(trace: Trace, option: int | None, default: int) -> tuple[int, str]:
         raise CompareError(f"{trace.source}: num_threads: {recorded!r} is not a CPU thread count "
                            f"(a whole number from 1 to {MAX_THREADS}); give --threads")
     return recorded, "trace"
+
+
+def thread_range_warning(cal: Calibration, threads: int, threads_from: str) -> str | None:
+    """Why ``threads`` lies outside what ``cal`` measured (above its largest measured thread count or
+    its host's cores: the model extrapolates), or None."""
+    measured = cal.thread_counts("gemm")
+    top = min(max(measured, default=cal.host.cores), cal.host.cores)
+    if threads <= top:
+        return None
+    given = {"option": f"--threads {threads}", "trace": f"the trace's num_threads ({threads})"}.get(
+        threads_from, f"{threads} threads")
+    return (f"{given} is above the calibrated range of {cal.source} (threads measured: "
+            f"{', '.join(map(str, measured)) or 'none'}; its host has {cal.host.cores} cores): predictions "
+            f"extrapolate its {top}-thread points to {threads} threads (calibrate a host with that many cores)")
 
 
 _THREADS_FROM = {
@@ -145,6 +159,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     if comparison.skipped_events:
         reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
         console.print(f"events skipped while reading (in no count above): {reasons}")
+    for what, count in comparison.notes.items():
+        console.print(f"note: {count} {what}", markup=False)
 
 
 def _print_against(result: dict[str, Any], limit: int) -> None:
@@ -285,15 +301,21 @@ def command(
         suite_version = load_suite().SUITE_VERSION
     except MicrobenchError:
         suite_version = None
+    warnings: list[str] = []
+
+    def warn(text: str) -> None:
+        warnings.append(text)
+        click.echo(f"warning: {text}", err=True)
+
     for warning in host_warnings(cal, detect_host(), suite_version):
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
     cpu, _ = host_specs(cal)
     used, threads_from = _threads(trace, threads, cal.host.cores)
     backends = cal.gemm_backends()
     if trace.format == "torch.profiler" and "torch" not in backends:
-        click.echo(f"warning: {cal.source} was calibrated without torch: products are timed from numpy's "
-                   "BLAS and ATen ops from the C kernels, which torch's own kernels can run far from "
-                   "(calibrate where torch is installed)", err=True)
+        warn(f"{cal.source} was calibrated without torch: products are timed from numpy's "
+             "BLAS and ATen ops from the C kernels, which torch's own kernels can run far from "
+             "(calibrate where torch is installed)")
     chosen = blas or default_blas(trace, backends)
     if chosen not in backends:
         raise CompareError(
@@ -305,6 +327,9 @@ def command(
         inferred = infer_threads(trace, model, cpu, sorted({*cal.thread_counts("gemm"), cal.host.cores}))
         if inferred is not None:
             used, threads_from = inferred, "inferred"
+    beyond = thread_range_warning(cal, used, threads_from)
+    if beyond is not None:
+        warn(beyond)
     comparison = compare_trace(trace, model, cpu, used)
     if comparison.ops_total == 0 or comparison.measured_step_s <= 0:
         skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
@@ -315,6 +340,7 @@ def command(
     summary["blas"] = chosen
     summary["cache"] = cache
     summary["threads_from"] = threads_from
+    summary["warnings"] = warnings
     folder = outdir or Path("runs") / f"compare-{stem}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

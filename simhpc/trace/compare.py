@@ -14,6 +14,7 @@ track label and span name and reports their differences.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import re
@@ -30,7 +31,7 @@ from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_footprint
 from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
 from simhpc.trace.product_reuse import charge_products
-from simhpc.trace.readers import OpRecord, Trace
+from simhpc.trace.readers import OVERLAP_TOLERANCE_S, OpRecord, Trace
 
 FRAMEWORK_KINDS = (
     "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "view", "unknown", "compiled", "comm",
@@ -106,6 +107,9 @@ class Comparison:
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
     """Events of the file the reader could not use, by reason (not in any count above)."""
+    notes: dict[str, int] = field(default_factory=dict)
+    """Counts of ops read but suspect, or predicted otherwise than they ran, by what (e.g. ops
+    that ran alongside another thread's: their predictions are summed one after another)."""
 
     @property
     def step_error_pct(self) -> float | None:
@@ -163,6 +167,7 @@ class Comparison:
             "kinds": self.kinds,
             "unmodelled": self.unmodelled,
             "skipped_events": self.skipped_events,
+            "notes": self.notes,
             "worst_ops": [_op_row(p) for p in self.worst(worst)],
         }
 
@@ -324,8 +329,12 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         if outside_steps:
             skipped["framework ops outside every profiler step"] = outside_steps
     heap_faults = _heap_faults_if_fresh(trace, predictions, model, threads, steps)
+    notes = dict(trace.notes)
+    concurrent = concurrent_ops(trace)
+    if concurrent:
+        notes[CONCURRENT_OPS] = concurrent
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped)
+                            outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:
@@ -379,6 +388,41 @@ def outermost(trace: Trace, op: OpRecord) -> bool:
             return False
         parent = trace.ops[parent].parent
     return True
+
+
+CONCURRENT_OPS = ("top-level ops that ran while an op of another thread ran (torch.jit.fork, inter-op "
+                  "parallelism): the measured step overlaps them, the prediction sums them one after another")
+"""The :attr:`Comparison.notes` key counting such ops."""
+
+
+def concurrent_ops(trace: Trace, tolerance: float = OVERLAP_TOLERANCE_S) -> int:
+    """How many top-level framework ops (in the profiler steps, if any) overlap in time, by more than
+    ``tolerance`` seconds, a top-level framework op of another track."""
+    busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for op in trace.ops:
+        if op.kind in FRAMEWORK_KINDS and (op.step is not None or not trace.steps) and outermost(trace, op):
+            busy[op.track].append((op.start, op.end))
+    if len(busy) < 2:
+        return 0
+    merged: dict[str, tuple[list[float], list[float]]] = {}
+    for track, spans in busy.items():
+        starts: list[float] = []
+        ends: list[float] = []
+        for start, end in sorted(spans):
+            if ends and start <= ends[-1]:
+                ends[-1] = max(ends[-1], end)
+            else:
+                starts.append(start)
+                ends.append(end)
+        merged[track] = (starts, ends)
+
+    def overlaps(track: str, start: float, end: float) -> bool:
+        starts, ends = merged[track]
+        i = bisect.bisect_left(ends, start + tolerance)  # the first interval ending after the op starts
+        return i < len(starts) and min(end, ends[i]) - max(start, starts[i]) > tolerance
+
+    return sum(1 for track, spans in busy.items() for start, end in spans
+               if any(overlaps(other, start, end) for other in merged if other != track))
 
 
 def outside_ops(trace: Trace) -> float | None:

@@ -89,6 +89,8 @@ class Trace:
         steps: profiler steps in time order ([] if the trace has none).
         metadata: the file's top-level keys other than ``traceEvents``.
         skipped: counts of events not read, by reason (never silently dropped).
+        notes: counts of events read but suspect, by what is wrong with them (e.g. one that
+            overlaps an event of its thread without nesting in it).
     """
 
     source: str
@@ -97,6 +99,7 @@ class Trace:
     steps: list[Step]
     metadata: dict[str, Any]
     skipped: dict[str, int]
+    notes: dict[str, int] = field(default_factory=dict)
 
     @property
     def tracks(self) -> list[str]:
@@ -187,6 +190,7 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
     complete: list[dict[str, Any]] = []
     open_spans: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
     seen: set[tuple[Any, ...]] = set()
+    negative = ""
     for event in _time_ordered_begin_end(events):
         if not isinstance(event, Mapping):
             skipped["not an object"] += 1
@@ -199,8 +203,13 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             skipped["event whose pid or tid is not a number or string"] += 1
             continue
         if phase == "X":
-            if _number(event.get("ts")) is None or _number(event.get("dur")) is None or event["dur"] < 0:
+            if _number(event.get("ts")) is None or _number(event.get("dur")) is None:
                 skipped["X event without numeric ts/dur"] += 1
+                continue
+            if event["dur"] < 0:
+                negative = negative or (f"X event with a negative duration (the first: {event.get('name', '')!r}, "
+                                        f"ts {event['ts']}, dur {event['dur']})")
+                skipped[negative] += 1
                 continue
             if _is_repeat(event, seen):
                 skipped["duplicate X event (the same event twice)"] += 1
@@ -266,16 +275,27 @@ def _time_ordered_begin_end(events: list[Any]) -> list[Any]:
     return result
 
 
-def _nest(ops: list[OpRecord]) -> None:
-    """Parents, depths, children and self times; ``ops`` sorted by (track, start, -duration)."""
+OVERLAP_TOLERANCE_S = 1e-9
+"""An event may end this much after the one it starts in and still nest in it (timestamp rounding)."""
+IMPROPER_NESTING = ("complete events that start inside another of their thread and end after it (improperly "
+                    "nested: taken as not its child, so the outer one's self time includes the overlap)")
+"""The :attr:`Trace.notes` key counting such events."""
+
+
+def _nest(ops: list[OpRecord]) -> int:
+    """Parents, depths, children and self times; ``ops`` sorted by (track, start, -duration).
+    Returns how many ops overlap an op of their track without nesting in it."""
     stack: list[OpRecord] = []
     track = None
+    improper = 0
     for op in ops:
         if op.track != track:
             stack, track = [], op.track
         while stack and op.start >= stack[-1].end - _EPS * max(1.0, abs(stack[-1].end)):
             stack.pop()
-        while stack and op.end > stack[-1].end + 1e-9:
+        if stack and op.end > stack[-1].end + OVERLAP_TOLERANCE_S:
+            improper += 1
+        while stack and op.end > stack[-1].end + OVERLAP_TOLERANCE_S:
             stack.pop()  # overlaps without nesting: not a child
         if stack:
             op.parent = stack[-1].index
@@ -284,6 +304,7 @@ def _nest(ops: list[OpRecord]) -> None:
         stack.append(op)
     for op in ops:
         op.self_time = max(0.0, op.duration - sum(ops[c].duration for c in op.children))
+    return improper
 
 
 def _assign_steps(ops: list[OpRecord], steps: list[Step]) -> None:
@@ -350,13 +371,14 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     ops.sort(key=lambda op: (track_order[op.track], op.start, -op.duration, op.name))
     for i, op in enumerate(ops):
         op.index = i
-    _nest(ops)
+    improper = _nest(ops)
     steps = sorted(
         (Step(int(m.group(1)), op.start, op.duration, op.track) for op in ops if (m := _STEP.match(op.name))),
         key=lambda s: (s.start, s.number),
     )
     _assign_steps(ops, steps)
-    return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped))
+    notes = {IMPROPER_NESTING: improper} if improper else {}
+    return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes)
 
 
 def read_trace(path: str | Path) -> Trace:

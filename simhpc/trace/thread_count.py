@@ -4,10 +4,12 @@ A torch.profiler export says nothing of ``torch.get_num_threads()`` (``validatio
 adds it as ``num_threads``), and a product on two threads takes about half its one-thread time:
 predicting a one-thread capture at all of a 2-core host's threads put its step 42 % under the
 measured one. :func:`infer_threads` picks, among the thread counts the calibration measured,
-the one whose predictions of the trace's large products (GEMMs and convolutions the model puts at
-``MIN_PRODUCT_S`` or more on one thread, where the parallel speed-up is large and dispatch costs
-negligible) have a median log error nearest zero. This is the one place where ``simhpc compare``
-reads measured durations, to choose a setting, never an op's prediction; the report says so.
+the one whose predictions of the trace's large products (the ops the model prices as a product
+from the calibration's thread-dependent points: GEMMs, convolutions, fused attention and recurrent
+layers such as oneDNN's LSTM, that it puts at ``MIN_PRODUCT_S`` or more on one thread, where the
+parallel speed-up is large and dispatch costs negligible) have a median log error nearest zero;
+each such op votes alike, whatever its kind. This is the one place where ``simhpc compare`` reads
+measured durations, to choose a setting, never an op's prediction; the report says so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from simhpc.costs.kernels import Gemm
+from simhpc.costs.kernels import Attention, Gemm, Recurrent
 from simhpc.costs.model import CostModel, Device
 from simhpc.trace.compare import traced_kernel
 from simhpc.trace.readers import Trace
@@ -25,6 +27,10 @@ MIN_PRODUCT_S = 200e-6
 """Products predicted at least this long on one thread decide the thread count."""
 MIN_PRODUCTS = 3
 """Fewer such products decide nothing."""
+PRODUCT_KINDS = ("gemm", "conv", "recurrent")
+"""Op kinds whose kernels can be products (attention ops are of kind ``gemm``)."""
+PRODUCT_KERNELS = (Gemm, Attention, Recurrent)
+"""Kernels timed from the calibration's per-thread-count product surfaces: each votes alike."""
 
 
 def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Sequence[int]) -> int | None:
@@ -32,10 +38,10 @@ def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Se
     when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
     products = []
     for op in trace.ops:
-        if op.kind not in ("gemm", "conv") or op.self_time <= 0 or (trace.steps and op.step is None):
+        if op.kind not in PRODUCT_KINDS or op.self_time <= 0 or (trace.steps and op.step is None):
             continue
         kernel = traced_kernel(trace, op).kernel
-        if isinstance(kernel, Gemm) and model.duration(kernel, device, 1) >= MIN_PRODUCT_S:
+        if isinstance(kernel, PRODUCT_KERNELS) and model.duration(kernel, device, 1) >= MIN_PRODUCT_S:
             products.append((op.self_time, kernel))
     if len(products) < MIN_PRODUCTS or not candidates:
         return None

@@ -1,0 +1,178 @@
+"""``simhpc compare`` on odd inputs: thread counts from recurrent layers, thread counts past the
+calibration, negative and improperly nested events, gzipped calibrations, concurrent threads."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simhpc.cli.main import main
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import host_specs, load_calibration
+from simhpc.costs.kernels import Recurrent
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import CONCURRENT_OPS, concurrent_ops, traced_kernel
+from simhpc.trace.readers import IMPROPER_NESTING, parse_trace
+from simhpc.trace.thread_count import infer_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "validation" / "traces" / "captures" / "mlp_t1.json.gz"
+HOST_CALIBRATION = ROOT / "validation" / "calibration" / "host.json"
+RNN_CALIBRATION = ROOT / "validation" / "calibration" / "epyc-zen2.json"
+"""A calibration with oneDNN LSTM (``recurrent``) points at 1 and 2 threads."""
+
+LSTM_SHAPES = [[64, 32, 128], [1024, 128], [1024, 256], [1024], [1024], [32, 256], [32, 256], *[[]] * 9]
+"""``aten::mkldnn_rnn_layer`` of nn.LSTM(128, 256) on 32 sequences of 64 steps, as torch.profiler records it."""
+LSTM_TYPES = ["float"] * 7 + ["Scalar"] * 9
+
+
+def _op(name: str, ts: float, dur: float, tid: int = 1, shapes: list | None = None,
+        types: list | None = None) -> dict:
+    args = {"Input Dims": shapes or [[256, 512], [512, 512]], "Input type": types or ["float", "float"]}
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def _lstm_trace(threads: int, layers: int = 5) -> tuple[dict, CostModel]:
+    """A trace of LSTM layers only, each measured at the calibration's ``threads``-thread time."""
+    cal = load_calibration(RNN_CALIBRATION)
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="cold"))
+    probe = parse_trace([_op("aten::mkldnn_rnn_layer", 0, 1, shapes=LSTM_SHAPES, types=LSTM_TYPES)], "probe")
+    kernel = traced_kernel(probe, probe.ops[0]).kernel
+    assert isinstance(kernel, Recurrent)
+    seconds = model.duration(kernel, cpu, threads)
+    events, ts = [], 0.0
+    for _ in range(layers):
+        events.append(_op("aten::mkldnn_rnn_layer", ts, seconds * 1e6, shapes=LSTM_SHAPES, types=LSTM_TYPES))
+        ts += seconds * 1e6 + 10
+    return {"schemaVersion": 1, "traceEvents": events}, model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_recurrent_layers_vote_on_the_thread_count(threads: int, tmp_path: Path) -> None:
+    """A trace of LSTM layers alone (no GEMM) without num_threads is predicted at the count its
+    layers' times fit: a 1-thread one used to be taken for all of the 2-core host's threads."""
+    data, model = _lstm_trace(threads)
+    trace = parse_trace(data, "lstm")
+    cpu, _ = host_specs(load_calibration(RNN_CALIBRATION))
+    kernel = traced_kernel(trace, trace.ops[0]).kernel
+    assert kernel is not None and model.duration(kernel, cpu, 1) > 1.2 * model.duration(kernel, cpu, 2)
+    assert infer_threads(trace, model, cpu, [1, 2]) == threads
+    path = tmp_path / "lstm.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(RNN_CALIBRATION), "--json",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["threads"], summary["threads_from"]) == (threads, "inferred")
+    assert abs(summary["step_error_pct"]) < 5.0
+
+
+def test_threads_above_the_calibrated_range_are_warned_of(tmp_path: Path) -> None:
+    """--threads or a recorded num_threads above the cores the calibration measured: a warning
+    naming both counts (on stderr and in the JSON report); none within the range."""
+    runner = CliRunner()
+    args = ["compare", str(CAPTURE), "--calibration", str(HOST_CALIBRATION), "--json", "-o", str(tmp_path / "o")]
+    result = runner.invoke(main, [*args, "--threads", "8"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "calibrated range" in line]
+    assert len(warned) == 1
+    assert "--threads 8" in warned[0] and "threads measured: 1, 2" in warned[0] and "2 cores" in warned[0]
+    assert any("--threads 8" in w for w in json.loads(result.stdout)["warnings"])
+    result = runner.invoke(main, [*args, "--threads", "2"])
+    assert result.exit_code == 0, result.output
+    assert "calibrated range" not in result.stderr
+    assert not any("calibrated range" in w for w in json.loads(result.stdout)["warnings"])
+    data = json.loads(gzip.decompress(CAPTURE.read_bytes()))
+    data["num_threads"] = 64
+    recorded = tmp_path / "t64.json"
+    recorded.write_text(json.dumps(data))
+    result = runner.invoke(main, ["compare", str(recorded), "--calibration", str(HOST_CALIBRATION), "-o",
+                                  str(tmp_path / "o64")])
+    assert result.exit_code == 0, result.output
+    assert "num_threads (64) is above the calibrated range" in result.stderr
+
+
+def test_a_negative_duration_is_its_own_reason_naming_the_event(tmp_path: Path) -> None:
+    trace = parse_trace([_op("aten::mm", 0, 100), _op("aten::addmm", 200, -50), _op("aten::mm", 300, -5)], "neg")
+    assert len(trace.ops) == 1
+    ((reason, count),) = trace.skipped.items()
+    assert count == 2 and "negative duration" in reason and "'aten::addmm'" in reason and "-50" in reason
+    path = tmp_path / "neg.json"
+    path.write_text(json.dumps({"traceEvents": [_op("aten::mm", 0, -50)]}))
+    result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "negative duration" in lines[0] and "without numeric" not in lines[0]
+
+
+def test_improperly_nested_events_are_counted_in_a_note(tmp_path: Path) -> None:
+    """An event that starts inside another of its thread and ends after it is read (not its child)
+    and counted; properly nested and back-to-back events are not."""
+    step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, "pid": 1, "tid": 1}
+    improper = [step, _op("aten::mm", 0, 100), _op("aten::mm", 50, 100), _op("aten::mm", 120, 10)]
+    trace = parse_trace(improper, "improper")
+    assert trace.notes == {IMPROPER_NESTING: 1}
+    assert trace.ops[2].parent == 0  # the partial overlap is the step's child, not the first product's
+    proper = parse_trace([step, _op("aten::mm", 0, 100), _op("aten::mm", 10, 50), _op("aten::mm", 100, 10)], "ok")
+    assert proper.notes == {}
+    path = tmp_path / "improper.json"
+    path.write_text(json.dumps({"traceEvents": improper}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION), "--json",
+                                       "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["notes"] == {IMPROPER_NESTING: 1}
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION),
+                                       "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "note: 1 complete events that start inside another" in " ".join(result.stdout.split())
+
+
+def test_a_gzipped_calibration_reads_as_the_plain_one(tmp_path: Path) -> None:
+    packed = tmp_path / "host.json.gz"
+    packed.write_bytes(gzip.compress(HOST_CALIBRATION.read_bytes()))
+    assert load_calibration(packed).data == load_calibration(HOST_CALIBRATION).data
+    runs = []
+    for calibration in (HOST_CALIBRATION, packed):
+        result = CliRunner().invoke(main, ["compare", str(CAPTURE), "--calibration", str(calibration), "--json",
+                                           "-o", str(tmp_path / f"out-{calibration.name}")])
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(result.stdout)["predicted_step_s"])
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"\x1f\x8b\x08\x00garbage, not deflate", "broken gzip file"),
+    (gzip.compress(b"\xff\xfe\x00binary"), "cannot read calibration: not UTF-8 text"),
+    (b"\x00\x01\xff\xfe", "cannot read calibration: not UTF-8 text"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+])
+def test_an_unreadable_calibration_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "cal.json.gz"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["compare", str(CAPTURE), "--calibration", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {expected}"), lines
+
+
+def test_ops_of_concurrent_threads_are_noted(tmp_path: Path) -> None:
+    """Top-level ops of two threads that overlap in time (torch.jit.fork) are counted: the step is
+    measured over the wall clock, predicted as their sum. Threads taking turns are not."""
+    forked = [_op("aten::mm", 0, 100, tid=1), _op("aten::mm", 50, 100, tid=2), _op("aten::mm", 200, 10, tid=2),
+              _op("aten::relu", 20, 10, tid=2)]
+    trace = parse_trace(forked, "forked")
+    assert concurrent_ops(trace) == 3  # the first two products and the relu; not the last product
+    turns = parse_trace([_op("aten::mm", 0, 100, tid=1), _op("aten::mm", 100, 100, tid=2),
+                         _op("aten::mm", 200, 10, tid=1)], "turns")
+    assert concurrent_ops(turns) == 0
+    path = tmp_path / "forked.json"
+    path.write_text(json.dumps({"traceEvents": forked}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION), "--json",
+                                       "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["notes"] == {CONCURRENT_OPS: 3}
