@@ -283,3 +283,14 @@ def test_a_file_beyond_the_size_limit_is_refused_without_reading_it_all(tmp_path
     result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"error: {path}: file is too large for a scenario (over 1000 bytes)"
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["run"], "error: simhpc run: Missing argument 'SCENARIO'. (see 'simhpc run --help')"),
+    (["bogus"], "error: simhpc: No such command 'bogus'. (see 'simhpc --help')"),
+    (["compare", "x.json", "--worst", "-1"], "error: simhpc compare: Invalid value for '--worst': -1 is not in"),
+])
+def test_a_bad_option_or_argument_is_one_line_too(args, expected):
+    process = subprocess.run([sys.executable, "-m", "simhpc", *args], capture_output=True, text=True)
+    assert process.returncode == 2
+    assert process.stderr.count("\n") == 1 and process.stderr.startswith(expected), process.stderr

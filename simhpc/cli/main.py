@@ -57,6 +57,9 @@ def user_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_NO_ARGS_IS_HELP: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", ())  # type: ignore[assignment]
+"""click >= 8.2 raises it for a group called without a command (older versions exit with the help)."""
+
 # Subcommand name -> module defining ``command``; imported only when the command is used, so
 # `simhpc run` does not pay for the imports of `compare` or `sweep`.
 COMMANDS = {
@@ -70,7 +73,28 @@ COMMANDS = {
 
 
 class _LazyGroup(click.Group):
-    """A click group that imports each subcommand's module on first use."""
+    """A click group that imports each subcommand's module on first use, and reports a bad option
+    or argument in one line (``error: simhpc compare: Invalid value for '--worst': ...``), exit 2,
+    like every other user error, instead of click's usage block."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as error:  # bare `simhpc`: the help, as click prints it
+            error.show()
+            sys.exit(error.exit_code)
+        except click.UsageError as error:
+            where = error.ctx.command_path if error.ctx is not None else "simhpc"
+            fail(f"{where}: {error.format_message()} (see '{where} --help')")
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
