@@ -3,4 +3,4 @@
 from simhpc.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="simhpc")
