@@ -194,3 +194,26 @@ def test_points_do_not_share_swept_values(tmp_path: Path):
     plan = load_plan(path)
     first, second = (point.data["outputs"] for point in plan.points)
     assert first == second == {"trace": False} and first is not second
+
+
+@pytest.mark.parametrize(("damage", "expected"), [
+    ("UPDATE runs SET params = '[1, 2]'", "damaged record (params is not a mapping)"),
+    ("UPDATE runs SET summary = '{'", "damaged record (Expecting property name"),
+    (None, "cannot read the result store (database disk image is malformed)"),
+])
+def test_a_damaged_store_is_one_line_for_plot_and_sweep(tmp_path: Path, damage, expected):
+    path, out = write(tmp_path, {"grid": {"workload.iterations": list(range(1, 41))}}), tmp_path / "out"
+    assert sweep(path, out).exit_code == 0
+    store = out / "results.sqlite"
+    if damage is None:  # pages in the middle of the file overwritten
+        with store.open("r+b") as handle:
+            handle.seek(5000)
+            handle.write(b"\xff" * 4000)
+    else:
+        with sqlite3.connect(store) as db:
+            db.execute(damage)
+    for result in (CliRunner().invoke(main, ["plot", str(out), "--x", "workload.iterations",
+                                             "--y", "workload.mean_time_s"]), sweep(path, out)):
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+        assert result.stderr.startswith(f"error: {store}: ") and expected in result.stderr, result.stderr

@@ -175,7 +175,7 @@ class ResultStore:
 
     def statuses(self) -> dict[str, str]:
         """Run key -> status of every stored run."""
-        return dict(self._db.execute("SELECT key, status FROM runs").fetchall())
+        return dict(self._query("SELECT key, status FROM runs"))
 
     def set_plan(self, keys: Iterable[str]) -> None:
         """Record the current sweep's keys in order (exports list these runs first, in order)."""
@@ -185,7 +185,7 @@ class ResultStore:
 
     def plan(self) -> list[str]:
         """The keys of the last sweep that wrote here, in sweep order."""
-        return [row[0] for row in self._db.execute("SELECT key FROM plan ORDER BY idx")]
+        return [row[0] for row in self._query("SELECT key FROM plan ORDER BY idx")]
 
     def record(self, key: str, params: dict[str, Any], seed: int, scenario: dict[str, Any], status: str,
                summary: dict[str, Any] | None, error: str | None, wall_s: float,
@@ -223,23 +223,39 @@ class ResultStore:
         Runs of earlier versions of the scenario or spec stay in the store (a cache a later sweep
         may hit again) but are not part of the current sweep's results.
         """
-        if self._db.execute("SELECT count(*) FROM plan").fetchone()[0] == 0:
+        if self._query("SELECT count(*) FROM plan")[0][0] == 0:
             return self.records()
         return self._select(" JOIN plan p ON p.key = r.key ORDER BY p.idx")
 
     def _select(self, tail: str) -> list[RunRecord]:
-        rows = self._db.execute(
-            "SELECT r.key, r.params, r.seed, r.status, r.summary, r.error, r.wall_s, r.scenario FROM runs r"
-            + tail).fetchall()
-        return [
-            RunRecord(key, json.loads(params), seed, status, None if summary is None else json.loads(summary),
-                      error, wall_s, json.loads(scenario))
-            for key, params, seed, status, summary, error, wall_s, scenario in rows
-        ]
+        rows = self._query(
+            "SELECT r.key, r.params, r.seed, r.status, r.summary, r.error, r.wall_s, r.scenario FROM runs r" + tail)
+        return [self._decoded(*row) for row in rows]
+
+    def _decoded(self, key: str, params: Any, seed: Any, status: Any, summary: Any, error: Any, wall_s: Any,
+                 scenario: Any) -> RunRecord:
+        """A row as a record; a :class:`SweepError` naming the run if a field is not what simhpc writes."""
+        try:
+            record = RunRecord(key, json.loads(params), seed, status,
+                               None if summary is None else json.loads(summary), error, wall_s, json.loads(scenario))
+        except (TypeError, ValueError) as failure:  # ValueError: json's decode errors
+            raise SweepError(f"{self.path}: run {str(key)[:12]}: damaged record ({failure})") from None
+        for name, value in (("params", record.params), ("scenario", record.scenario), ("summary", record.summary)):
+            if not isinstance(value, dict) and not (name == "summary" and value is None):
+                raise SweepError(f"{self.path}: run {str(key)[:12]}: damaged record ({name} is not a mapping)")
+        return record
+
+    def _query(self, sql: str) -> list[Any]:
+        """All rows of a read; a :class:`SweepError` if SQLite finds the file damaged."""
+        try:
+            return self._db.execute(sql).fetchall()
+        except sqlite3.DatabaseError as error:
+            raise SweepError(f"{self.path}: cannot read the result store ({error}); "
+                             "a damaged file: run the sweep into a new folder") from None
 
     def count(self) -> int:
         """How many runs are stored."""
-        return int(self._db.execute("SELECT count(*) FROM runs").fetchone()[0])
+        return int(self._query("SELECT count(*) FROM runs")[0][0])
 
 
 def _statements() -> list[str]:
