@@ -79,6 +79,8 @@ def test_bar_plot_for_categorical_x_and_note_about_other_params(sweep_dir):
     (["--x", "workload.size", "--y", "workload.mean_time_s", "--where", "workload.size=3 MiB"],
      "no runs match"),
     (["--x", "workload.algorithm", "--y", "workload.mean_time_s", "--kind", "line"], "needs numeric --x"),
+    (["--x", "workload", "--y", "workload.mean_time_s"], "--x workload: a section of the scenario, not a field"),
+    (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", ".."], "--name '..': not a file name"),
 ])
 def test_bad_requests_are_one_line_exit_2(sweep_dir, args, message):
     result = CliRunner().invoke(main, ["plot", str(sweep_dir), *args])

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,10 +118,14 @@ def _param(record: RunRecord, path: str) -> tuple[Any, str]:
 
 
 def _check_path(records: list[RunRecord], path: str, option: str) -> None:
-    if any(_param(record, path)[0] is not _MISSING for record in records):
-        return
+    """``path`` must be a field of the runs: a swept one, or a value of their scenarios (a whole
+    section such as ``workload`` only if the sweep varies it as one factor)."""
     swept = sorted({p for record in records for p in record.params} | {"seed"})
-    raise PlotError(f"{option} {path}: not a scenario field of these runs (swept: {', '.join(swept)})")
+    values = [_param(record, path)[0] for record in records]
+    if all(value is _MISSING for value in values):
+        raise PlotError(f"{option} {path}: not a scenario field of these runs (swept: {', '.join(swept)})")
+    if path not in swept and any(isinstance(value, dict) for value in values):
+        raise PlotError(f"{option} {path}: a section of the scenario, not a field (swept: {', '.join(swept)})")
 
 
 def _numeric_metrics(summaries: Iterable[dict[str, Any]], prefix: str = "") -> list[str]:
@@ -284,8 +289,10 @@ def draw(groups: list[PlotGroup], path: Path, x: str, y: str, hue: str | None, e
     if hue:
         axes.legend(title=hue, fontsize=8)
     axes.grid(True, alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with warnings.catch_warnings():  # long labels that do not fit: the figure as it is, without a warning
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()
+    figure.savefig(path, dpi=120, format="png")
 
 
 def plot_sweep(folder: str | Path, x: str, y: str, hue: str | None = None, where: Iterable[str] = (),
@@ -316,6 +323,8 @@ def plot_sweep(folder: str | Path, x: str, y: str, hue: str | None = None, where
     if earlier:
         notes.append(f"left out {earlier} stored runs of earlier versions of the sweep (not in its last plan)")
     stem = name or f"plot_{_filename(y)}"
+    if not Path(stem).name.strip("."):
+        raise PlotError(f"--name {stem!r}: not a file name (the figure is written as NAME.png, its data as NAME.csv)")
     png, table = folder / f"{stem}.png", folder / f"{stem}.csv"
     draw(groups, png, x, y, hue, errorbar, kind)
     write_groups_csv(groups, table, x, hue)
