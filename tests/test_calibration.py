@@ -517,7 +517,7 @@ def test_malformed_calibrations(mutate, message: str) -> None:
     [
         (b"", "not valid JSON"),
         (b'{"schema": "simhpc-calibration", "schema_ver', "truncated"),
-        (b"\x89PNG\r\n", "cannot read|not valid"),
+        (b"\x89PNG\r\n", "not UTF-8 text"),
         (b'{"traceEvents": []}', "not a simhpc calibration"),
         (b"[1, 2]", "not a simhpc calibration"),
     ],

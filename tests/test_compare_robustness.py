@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,11 @@ from click.testing import CliRunner
 
 from simhpc.cli.main import main
 from simhpc.costs.calibration import CalibratedEfficiency
-from simhpc.costs.calibration_file import host_specs, load_calibration
+from simhpc.costs.calibration_file import CalibrationError, host_specs, load_calibration
 from simhpc.costs.kernels import Recurrent
 from simhpc.costs.model import CostModel
 from simhpc.trace.compare import CONCURRENT_OPS, concurrent_ops, traced_kernel
-from simhpc.trace.readers import IMPROPER_NESTING, parse_trace
+from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
 from simhpc.trace.thread_count import infer_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,8 +148,8 @@ def test_a_gzipped_calibration_reads_as_the_plain_one(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "expected"), [
     (b"\x1f\x8b\x08\x00garbage, not deflate", "broken gzip file"),
-    (gzip.compress(b"\xff\xfe\x00binary"), "cannot read calibration: not UTF-8 text"),
-    (b"\x00\x01\xff\xfe", "cannot read calibration: not UTF-8 text"),
+    (gzip.compress(b"\xff\xfe\x00binary"), "not UTF-8 text"),
+    (b"\x00\x01\xff\xfe", "not UTF-8 text"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
 ])
 def test_an_unreadable_calibration_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
@@ -176,3 +177,14 @@ def test_ops_of_concurrent_threads_are_noted(tmp_path: Path) -> None:
                                        "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["notes"] == {CONCURRENT_OPS: 3}
+
+
+def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
+    """/dev/zero never ends and a FIFO without a writer blocks: neither is read."""
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo):
+        with pytest.raises(TraceError, match="not a regular file"):
+            read_trace(path)
+        with pytest.raises(CalibrationError, match="not a regular file"):
+            load_calibration(path)

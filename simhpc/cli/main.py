@@ -22,8 +22,13 @@ from simhpc.errors import SimhpcError
 F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR = 2
-_INPUTS = ("scenario", "measured", "sweep_dir")
-"""Parameters naming a command's input file, for messages."""
+_INPUTS = ("scenario", "measured", "sweep_dir", "merge")
+"""Parameters naming a command's input file (or files), for messages."""
+
+
+def _shown_input(value: Any) -> str:
+    """An input parameter's value for a message: a path, or paths joined by commas."""
+    return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def fail(message: str) -> None:
@@ -50,9 +55,11 @@ def user_errors(command: F) -> F:
             fail(f"{where}{': ' if where else ''}{reason}")
         except MemoryError:
             # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.
-            subject = next((str(kwargs[name]) for name in _INPUTS if kwargs.get(name) is not None), "")
-            fail(f"{subject}{': ' if subject else ''}out of memory: too large to simulate on this machine "
-                 "(reduce the counts or sizes)")
+            name = next((name for name in _INPUTS if kwargs.get(name)), None)
+            subject = "" if name is None else _shown_input(kwargs[name])
+            what = ("too large to simulate on this machine (reduce the counts or sizes)" if name == "scenario"
+                    else "too large for this machine")
+            fail(f"{subject}{': ' if subject else ''}out of memory: {what}")
 
     return wrapper  # type: ignore[return-value]
 

@@ -31,12 +31,10 @@ and random fills, by bytes moved): without it those ops are not covered. A GEMM 
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import statistics
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +55,7 @@ from simhpc.hardware.host import (
     native_half_types,
 )
 from simhpc.hardware.specs import DTYPE_BITS, HALF_TYPES, CpuSpec, NodeSpec
+from simhpc.jsonfile import load_json_file
 from simhpc.units import format_size
 
 SCHEMA = "simhpc-calibration"
@@ -253,45 +252,18 @@ def validate(data: Any, source: str) -> Calibration:
     return Calibration(dict(data), source, host)
 
 
-GZIP_MAGIC = b"\x1f\x8b"
-"""The first two bytes of a gzip file."""
-
-
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """Read and validate a calibration file, plain or gzipped (default:
     :func:`~simhpc.hardware.host.default_calibration`, the committed calibration of this kind of
     machine, or of the one most like it)."""
     source = Path(path) if path is not None else default_calibration()
     try:
-        raw = source.read_bytes()
+        data = load_json_file(source, "calibration file", CalibrationError)
     except FileNotFoundError:
         hint = "" if path is not None else (
             f" (named by ${CALIBRATION_ENV})" if os.environ.get(CALIBRATION_ENV)
             else " (run 'simhpc calibrate -o FILE' and pass --calibration FILE)")
         raise CalibrationError(f"{source}: no such calibration file{hint}") from None
-    except OSError as error:
-        raise CalibrationError(f"{source}: cannot read calibration ({error.strerror or error})") from None
-    if raw[:2] == GZIP_MAGIC:  # read gzipped, as traces are
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as error:  # zlib: a gzip header over a corrupt deflate stream
-            raise CalibrationError(f"{source}: broken gzip file ({error})") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise CalibrationError(f"{source}: cannot read calibration: not UTF-8 text (byte {error.start}); "
-                               "expected JSON or gzipped JSON") from None
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise CalibrationError(f"{source}: nested too deeply to be a calibration file") from None
-    except json.JSONDecodeError as error:
-        raise CalibrationError(
-            f"{source}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
-            "truncated or not a calibration file?"
-        ) from None
-    except ValueError:  # (after JSONDecodeError, a ValueError too) an integer past Python's 4300 digits
-        raise CalibrationError(f"{source}: not a calibration file (a number of thousands of digits)") from None
     return validate(data, str(source))
 
 

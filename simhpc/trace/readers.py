@@ -13,11 +13,8 @@ child, so a parent's duration is its children's plus its own overhead (``self_ti
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import re
-import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +23,7 @@ from typing import Any
 
 from simhpc.costs.opnames import classify
 from simhpc.errors import SimhpcError
+from simhpc.jsonfile import load_json_file
 
 _US = 1e-6
 _STEP = re.compile(r"ProfilerStep#(\d{1,18})$")
@@ -115,29 +113,9 @@ class Trace:
 
 def _load_json(path: Path) -> Any:
     try:
-        raw = path.read_bytes()
+        return load_json_file(path, "trace", TraceError)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such trace file") from None
-    except OSError as error:
-        raise TraceError(f"{path}: cannot read ({error.strerror or error})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as error:  # zlib: a gzip header over a corrupt deflate stream
-            raise TraceError(f"{path}: broken gzip file ({error})") from None
-    try:
-        return json.loads(raw.decode("utf-8-sig"))  # a byte-order mark is not an error
-    except UnicodeDecodeError as error:
-        raise TraceError(f"{path}: not UTF-8 text (byte {error.start}); expected Chrome Trace Event JSON") from None
-    except RecursionError:
-        raise TraceError(f"{path}: nested too deeply to be a trace") from None
-    except json.JSONDecodeError as error:
-        raise TraceError(
-            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
-            "truncated, or not a trace?"
-        ) from None
-    except ValueError:  # (after JSONDecodeError, a ValueError too) an integer past Python's 4300 digits
-        raise TraceError(f"{path}: not a trace (a number of thousands of digits)") from None
 
 
 MAX_MICROSECONDS = 1e15
