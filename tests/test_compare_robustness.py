@@ -188,3 +188,18 @@ def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
             read_trace(path)
         with pytest.raises(CalibrationError, match="not a regular file"):
             load_calibration(path)
+
+
+def test_against_names_what_it_skipped_and_refuses_prediction_options(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fwd", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+    b.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "bwd", "pid": 2, "tid": 2, "ts": 0, "dur": 5},
+                                             {"ph": "B", "name": "open", "pid": 2, "tid": 2, "ts": 1}]}))
+    result = CliRunner().invoke(main, ["compare", str(a), "--against", str(b), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["a_skipped_events"] == {} and sum(data["b_skipped_events"].values()) == 1
+    assert data["warnings"] and "share no track and no span name" in data["warnings"][0]
+    assert "warning: the two traces share no track" in result.stderr
+    refused = CliRunner().invoke(main, ["compare", str(a), "--against", str(b), "--threads", "0"])
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --threads sets how ops are predicted")

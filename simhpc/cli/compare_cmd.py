@@ -157,10 +157,14 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     else:
         console.print("every op was modelled")
     if comparison.skipped_events:
-        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
-        console.print(f"events skipped while reading (in no count above): {reasons}")
+        console.print(_skipped_line(comparison.skipped_events), markup=False)
     for what, count in comparison.notes.items():
         console.print(f"note: {count} {what}", markup=False)
+
+
+def _skipped_line(skipped: dict[str, int], what: str = "events") -> str:
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
+    return f"{what} skipped while reading (in no count above): {reasons}"
 
 
 def _print_against(result: dict[str, Any], limit: int) -> None:
@@ -197,9 +201,9 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
             _pct(row["diff_pct"]),
         )
     console.print(names)
-    if not result["matched_tracks"] and not result["matched_names"]:
-        console.print("[yellow]warning:[/] the two traces share no track and no span name: "
-                      "they name their timelines differently, so nothing could be aligned")
+    for side in ("a", "b"):
+        if result[f"{side}_skipped_events"]:
+            console.print(_skipped_line(result[f"{side}_skipped_events"], f"events of {side.upper()}"), markup=False)
 
 
 @click.command("compare")
@@ -268,7 +272,18 @@ def command(
     trace = read_trace(measured)
     stem = measured.name.removesuffix(".gz").removesuffix(".json")
     if against is not None:
+        given = [name for name, value in (("--calibration", calibration), ("--threads", threads),
+                                          ("--blas", blas)) if value is not None]
+        if given:
+            raise CompareError(f"{given[0]} sets how ops are predicted; --against aligns two traces as "
+                               "they are and predicts nothing")
         result = compare_traces(trace, read_trace(against))
+        result["warnings"] = []
+        if not result["matched_tracks"] and not result["matched_names"]:
+            result["warnings"].append("the two traces share no track and no span name: they name their "
+                                      "timelines differently, so nothing could be aligned")
+        for warning in result["warnings"]:
+            click.echo(f"warning: {warning}", err=True)
         if outdir is not None:
             try:
                 outdir.mkdir(parents=True, exist_ok=True)

@@ -612,6 +612,8 @@ def compare_traces(a: Trace, b: Trace) -> dict[str, Any]:
         "only_in_b": sorted(set(names_b) - set(names_a)),
         "matched_names": len(set(names_a) & set(names_b)),
         "matched_tracks": len(set(tracks_a) & set(tracks_b)),
+        "a_skipped_events": dict(a.skipped),
+        "b_skipped_events": dict(b.skipped),
     }
 
 
