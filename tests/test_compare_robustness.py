@@ -16,6 +16,7 @@ from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import CalibrationError, host_specs, load_calibration
 from simhpc.costs.kernels import Recurrent
 from simhpc.costs.model import CostModel
+from simhpc.costs.opmap import kernel_for
 from simhpc.trace.compare import CONCURRENT_OPS, concurrent_ops, traced_kernel
 from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
 from simhpc.trace.thread_count import infer_threads
@@ -203,3 +204,11 @@ def test_against_names_what_it_skipped_and_refuses_prediction_options(tmp_path: 
     assert "warning: the two traces share no track" in result.stderr
     refused = CliRunner().invoke(main, ["compare", str(a), "--against", str(b), "--threads", "0"])
     assert refused.exit_code == 2 and refused.stderr.startswith("error: --threads sets how ops are predicted")
+
+
+def test_flat_input_dims_are_called_invalid_not_missing() -> None:
+    """``Input Dims: [64, 64]`` (one list for the whole op) was recorded, but wrong."""
+    flat = kernel_for("aten::mm", "gemm", [64, 64], ["float", "float"], [], False)
+    assert flat.kernel is None and flat.reason.startswith("invalid input shapes [64, 64]")
+    none = kernel_for("aten::mm", "gemm", [], [], [], False)
+    assert none.kernel is None and "record_shapes=True" in none.reason

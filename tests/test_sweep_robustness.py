@@ -217,3 +217,11 @@ def test_a_damaged_store_is_one_line_for_plot_and_sweep(tmp_path: Path, damage, 
         assert result.exit_code == 2, result.output
         assert result.stderr.strip().splitlines() == [result.stderr.strip()]
         assert result.stderr.startswith(f"error: {store}: ") and expected in result.stderr, result.stderr
+
+
+def test_a_folder_in_place_of_the_store_is_named(tmp_path: Path):
+    (tmp_path / "out" / "results.sqlite").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["plot", str(tmp_path / "out"), "--x", "seed", "--y", "workload.mean_time_s"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 'out' / 'results.sqlite'}: not a file " \
+                                    "(a sweep's result store is an SQLite file)"

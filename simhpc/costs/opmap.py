@@ -574,6 +574,9 @@ def kernel_for(
     if not tensors:
         if "TensorList" in dtypes:
             return OpKernel(None, "a tensor list's shapes are not recorded by the profiler")
+        if any(not isinstance(shape, list) for shape in shapes):  # [64, 64], not [[64, 64]]
+            return OpKernel(None, f"invalid input shapes {str(shapes)[:60]} (Input Dims holds a list of "
+                                  "dimensions per argument)")
         return OpKernel(None, "no input shapes recorded (profile with record_shapes=True)")
     unknown = next((type_name for _, type_name in tensors if type_name not in DTYPES), None)
     if unknown is not None:

@@ -86,6 +86,8 @@ class ResultStore:
         self.readonly = readonly
         self._lock: Any = None
         if readonly:
+            if self.path.exists() and not self.path.is_file():
+                raise SweepError(f"{self.path}: not a file (a sweep's result store is an SQLite file)")
             if not self.path.is_file():
                 raise SweepError(f"{self.folder}: no sweep results here (no {STORE_NAME})")
             self._db = self._connect()
