@@ -925,6 +925,8 @@ def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
     (tmp_path / "broken.json").write_text('{"schema": "simhpc-calibration"')
     broken = CliRunner().invoke(main, ["calibrate", "--merge", str(tmp_path / "broken.json"), "-o", str(out)])
     assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output
+    both = CliRunner().invoke(main, ["calibrate", "--merge", str(cal_path), "--quick", "-o", str(out)])
+    assert both.exit_code == 2 and "--merge measures nothing" in both.stderr
 
 
 def test_16_bit_products_use_their_own_points_at_the_fp32_peak() -> None:

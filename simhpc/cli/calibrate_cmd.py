@@ -72,7 +72,7 @@ def _write(data: dict[str, Any], output: Path) -> None:
     "merge",
     multiple=True,
     type=click.Path(path_type=Path),
-    help="Measure nothing: combine these calibrations of this host (repeat the option), keeping each "
+    help="Measure nothing: combine these calibrations of one host (repeat the option), keeping each "
     "point's fastest measurement (on a machine whose speed drifts, the min-of-N estimate).",
 )
 @user_errors
@@ -91,6 +91,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
     err = Console(stderr=True)
     if output.parent and not output.parent.exists():
         raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
+    if merge and quick:
+        raise MicrobenchError("--quick sets what to measure and --merge measures nothing: give one of them")
     if merge:
         _write(merge_calibrations([load_calibration(path) for path in merge]), output)
         click.echo(f"merged {len(merge)} calibrations (each point's fastest) into {output}")
