@@ -778,7 +778,8 @@ def test_calibrate_quick_writes_a_valid_file(tmp_path: Path) -> None:
     assert all(row["time_s"] > 0 and row["spread_s"] >= 0 for row in cal.rows("gemm"))
     if detect_host().cores > 1 and len(os.sched_getaffinity(0)) > 1:  # the cores' round trip, start and end
         trips = [cal.data["probes"][name] for name in ("peer round trip", "peer round trip at the end")]
-        assert all(1e-9 < t["min_s"] <= t["round_trip_s"] <= t["max_s"] < 1e-4 for t in trips)
+        # the fastest trip is the hardware's; the slowest may include a preemption on a loaded host
+        assert all(1e-9 < t["min_s"] < 1e-4 and t["min_s"] <= t["round_trip_s"] <= t["max_s"] for t in trips)
         assert "cores' round trip" in result.output
     probe = cal.data["probes"]["L1 probe"]
     assert probe["fastest_s"] <= probe["median_s"] <= probe["p90_s"]
