@@ -231,3 +231,42 @@ def test_storage_too_small_for_a_snapshot_is_a_simulated_oom():
     summary = run("torchsnapshot", **{"hardware.storage": {"slow-pfs": small}})
     assert summary["status"] == "oom"
     assert summary["error"]["device"] == "storage.n0.slow-pfs"
+
+
+
+def _cluster(nodes: int, gpus: int, ep: int):
+    """(simulation, workload) of BASE on ``nodes`` x ``gpus`` with expert-parallel groups of ``ep``."""
+    from simhpc.runner import build
+
+    data = scenario(**{"hardware.nodes": {"quad-a100": {**QUAD_NODE, "gpus": gpus, "nics": gpus}},
+                       "network.topology.nodes": nodes, "network.mode": "analytic",
+                       "workload.parallelism": {"expert_parallel": ep}, "workload.global_batch": 8 * nodes * gpus,
+                       "workload.checkpoint": {"policy": "none"}})
+    return build(scenario_from_dict(data, "<test>"))
+
+
+def _seconds(sim, event) -> float:
+    start = sim.now
+    sim.env.run(until=event)
+    return sim.now - start
+
+
+def test_expert_gradients_are_reduced_over_the_copies_of_each_expert():
+    """A GPU's expert gradients are all-reduced among the GPUs holding the same experts: over
+    NVLink when expert-parallel groups sit inside a node (1 node x 4 GPUs, groups of 2: each expert
+    twice on the node), over a ring of the groups' copies when a group spans nodes (4 nodes x 2
+    GPUs, groups of 2 nodes: each expert on nodes 0 and 2, or 1 and 3), not over every node."""
+    from simhpc.network import Communicator
+
+    expert, nvlink_bw, nvlink_lat = 64e6, 300e9, 2e-6
+    sim, workload = _cluster(1, 4, 4)  # one copy of each expert: the NVLink latency only
+    assert _seconds(sim, workload.comm.all_reduce(0.0, expert)) == pytest.approx(2 * nvlink_lat, rel=1e-12)
+    sim, workload = _cluster(1, 4, 2)
+    assert _seconds(sim, workload.comm.all_reduce(0.0, expert)) == pytest.approx(
+        2 * (nvlink_lat + expert / 2 / nvlink_bw), rel=1e-12)
+    sim, workload = _cluster(4, 2, 4)
+    assert sorted(len(ring.ranks) for ring in workload.comm.replica_rails) == [2, 2, 2, 2]
+    spanning = _seconds(sim, workload.comm.all_reduce(0.0, expert))
+    copies = Communicator(workload.comm.network, ["n0.gpu0", "n2.gpu0"], "probe")
+    pair = _seconds(sim, copies.all_reduce(expert, "ring"))
+    assert spanning == pytest.approx(2 * nvlink_lat + pair, rel=1e-9)

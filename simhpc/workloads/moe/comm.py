@@ -12,8 +12,6 @@ event count modest: about ``rails x nodes x (nodes - 1)`` flows per all-to-all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import simpy
 
@@ -66,6 +64,17 @@ class TrainingComm:
             [Communicator(network, [f"n{a}.gpu{j}" for a in range(nodes)], f"allreduce.rail{j}")
              for j in range(gpus_per_node)] if nodes > 1 else []
         )
+        # Copies of an expert: GPUs at the same place in every expert-parallel group. A group
+        # inside a node leaves local copies on the node (reduced over NVLink) and one per node on
+        # every rail; a group of several nodes, one copy per group on the rail of each of its GPUs.
+        self.local_replicas = max(1, gpus_per_node // expert_parallel)
+        self.replica_rails: list[Communicator] = []
+        if self.ep_nodes > 1 and groups > 1:
+            self.replica_rails = [
+                Communicator(network, [f"n{o + g * self.ep_nodes}.gpu{j}" for g in range(groups)],
+                             f"allreduce.experts{o}.rail{j}")
+                for o in range(self.ep_nodes) for j in range(gpus_per_node)
+            ]
         self._nvlink_tracks = [sim.trace.track(f"n{a}", "nvlink") for a in range(nodes)]
 
     # -- all-to-all ---------------------------------------------------------------------------
@@ -120,26 +129,34 @@ class TrainingComm:
 
     # -- all-reduce ---------------------------------------------------------------------------
 
-    def all_reduce(self, dense_bytes: float, rail_bytes: Sequence[float] = ()) -> simpy.Event:
-        """Hierarchical all-reduce of the dense gradients (every GPU) plus, per rail, extra
-        bytes reduced across nodes only (expert gradients of replicated experts).
+    def all_reduce(self, dense_bytes: float, expert_bytes: float = 0.0) -> simpy.Event:
+        """Hierarchical all-reduce of the gradients: the dense ones (``dense_bytes``, every GPU)
+        over all GPUs, a GPU's expert ones (``expert_bytes``) over the copies of its experts.
+
+        Inside a node: reduce-scatter, then all-gather, over NVLink (the dense bytes among the
+        node's GPUs, the expert bytes among its copies of each expert); between nodes: a ring per
+        rail of each GPU's shard (dense, and expert when every node holds copies), or a ring per
+        rail among the expert-parallel groups' copies when a group spans nodes.
 
         Returns:
             A process event that fires when the all-reduce is done.
         """
-        return self.sim.process(self._all_reduce(dense_bytes, list(rail_bytes)))
+        return self.sim.process(self._all_reduce(dense_bytes, expert_bytes))
 
-    def _all_reduce(self, dense_bytes: float, rail_bytes: list[float]):
-        gpus = self.gpus
-        intra = 0.0 if gpus == 1 else self.nvlink_latency + (gpus - 1) / gpus * dense_bytes / self.nvlink_bandwidth
+    def _all_reduce(self, dense_bytes: float, expert_bytes: float):
+        gpus, local = self.gpus, self.local_replicas
+        nvlink_bytes = (gpus - 1) / gpus * dense_bytes + (local - 1) / local * expert_bytes
+        intra = 0.0 if gpus == 1 else self.nvlink_latency + nvlink_bytes / self.nvlink_bandwidth
         start = self.sim.now
         if intra > 0:
             yield self.sim.timeout(intra)
             for track in self._nvlink_tracks:
                 track.span("reduce_scatter", start, self.sim.now, "comm")
-        if self.dp_rails:
-            extra = rail_bytes or [0.0] * gpus
-            events = [comm.all_reduce(dense_bytes / gpus + extra[j], "ring") for j, comm in enumerate(self.dp_rails)]
+        rail_expert = expert_bytes / local if self.ep_nodes == 1 else 0.0  # every node holds copies
+        events = [comm.all_reduce(dense_bytes / gpus + rail_expert, "ring") for comm in self.dp_rails]
+        if expert_bytes > 0:
+            events += [comm.all_reduce(expert_bytes, "ring") for comm in self.replica_rails]
+        if events:
             yield self.sim.env.all_of(events)
         if intra > 0:
             start = self.sim.now

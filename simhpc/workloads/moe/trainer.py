@@ -97,9 +97,7 @@ class Trainer:
         self.moe_layers = frozenset(model.config.moe_layers)
         self.optimizer = model.optimizer_time()
         self.dense_grad_bytes = model.dense_params * model.act_bytes
-        replicas = layout.expert_replicas
-        expert_grads = model.local_expert_params * model.act_bytes if replicas > 1 else 0.0
-        self.rail_extra = [expert_grads] * layout.gpus_per_node
+        self.expert_grad_bytes = model.local_expert_params * model.act_bytes if layout.expert_replicas > 1 else 0.0
 
     def start(self) -> None:
         """Start (or restart, after a rollback) the loop at :attr:`iteration`."""
@@ -188,7 +186,7 @@ class Trainer:
             reverse = (part == "combine") != backward
             yield self.comm.all_to_all(sends[layer], reverse, phase.name)
         elif part == "allreduce":
-            yield self.comm.all_reduce(self.dense_grad_bytes, self.rail_extra)
+            yield self.comm.all_reduce(self.dense_grad_bytes, self.expert_grad_bytes)
         else:
             yield from self._compute(phase.name, np.full(self.world, self.optimizer))
 
