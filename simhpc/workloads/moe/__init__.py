@@ -20,9 +20,10 @@ training stalls until it has (a ``stall`` span on every GPU). Failures and rollb
 
 Not modelled: activation memory (only weights, gradients, optimizer state and the buffer count
 against GPU memory), gradient accumulation (one micro-batch per iteration), overlap of the
-gradient all-reduce with the backward pass, host CPU time. The gpu_cluster topology reaches a
-node's host memory from other nodes through NIC 0 only, so every node's incoming replica
-traffic crosses one NIC and one PCIe link.
+gradient all-reduce with the backward pass, host CPU time. By default the gpu_cluster topology
+reaches a node's host memory from other nodes through NIC 0 only, so every node's incoming
+replica traffic crosses one NIC and one PCIe link (``host_rails: true`` brings it in through the
+NIC of the sending GPU's rail).
 """
 
 from simhpc.workloads.moe.workload import MoETrainingWorkload
