@@ -82,8 +82,9 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
     1 and all threads; points tagged with their 'blas'; narrow, cold and 16-bit products),
     with torch also convolutions, fused attention, LSTM layers, pooling and ATen pointwise ops;
-    elementwise maps, reductions (cache-warm and cold), layout-changing copies, STREAM copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table
-    probes (C, built with gcc), the round trip of a cache line between two cores at the
+    elementwise maps, reductions (cache-warm and cold), layout-changing copies, STREAM
+    copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table probes
+    (C, built with gcc), the round trip of a cache line between two cores at the
     start and the end, and an L1 probe before every point (how many were measured while another
     hardware thread shared the core). Pass the file to 'simhpc compare --calibration FILE' or set
     SIMHPC_CALIBRATION=FILE; else the committed calibration (validation/calibration/) of this
