@@ -32,6 +32,17 @@ LSTM_SHAPES = [[64, 32, 128], [1024, 128], [1024, 256], [1024], [1024], [32, 256
 LSTM_TYPES = ["float"] * 7 + ["Scalar"] * 9
 
 
+def _compare(tmp_path: Path, events: list, *options: str):
+    """``simhpc compare`` of ``events`` with the host calibration: the JSON report with ``--json``,
+    else the CLI result."""
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION), *options,
+                                       "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout) if "--json" in options else result
+
+
 def _op(name: str, ts: float, dur: float, tid: int = 1, shapes: list | None = None,
         types: list | None = None) -> dict:
     args = {"Input Dims": shapes or [[256, 512], [512, 512]], "Input type": types or ["float", "float"]}
@@ -122,15 +133,8 @@ def test_improperly_nested_events_are_counted_in_a_note(tmp_path: Path) -> None:
     assert trace.ops[2].parent == 0  # the partial overlap is the step's child, not the first product's
     proper = parse_trace([step, _op("aten::mm", 0, 100), _op("aten::mm", 10, 50), _op("aten::mm", 100, 10)], "ok")
     assert proper.notes == {}
-    path = tmp_path / "improper.json"
-    path.write_text(json.dumps({"traceEvents": improper}))
-    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION), "--json",
-                                       "-o", str(tmp_path / "o")])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["notes"] == {IMPROPER_NESTING: 1}
-    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION),
-                                       "-o", str(tmp_path / "o")])
-    assert result.exit_code == 0, result.output
+    assert _compare(tmp_path, improper, "--json")["notes"] == {IMPROPER_NESTING: 1}
+    result = _compare(tmp_path, improper)
     assert "note: 1 complete events that start inside another" in " ".join(result.stdout.split())
 
 
@@ -172,12 +176,7 @@ def test_ops_of_concurrent_threads_are_noted(tmp_path: Path) -> None:
     turns = parse_trace([_op("aten::mm", 0, 100, tid=1), _op("aten::mm", 100, 100, tid=2),
                          _op("aten::mm", 200, 10, tid=1)], "turns")
     assert concurrent_ops(turns) == 0
-    path = tmp_path / "forked.json"
-    path.write_text(json.dumps({"traceEvents": forked}))
-    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(HOST_CALIBRATION), "--json",
-                                       "-o", str(tmp_path / "o")])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["notes"] == {CONCURRENT_OPS: 3}
+    assert _compare(tmp_path, forked, "--json")["notes"] == {CONCURRENT_OPS: 3}
 
 
 def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
