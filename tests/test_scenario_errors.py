@@ -190,7 +190,7 @@ CASES = [
     ("simd-width-wrong", PCIE_SCENARIO, ["--set", "hardware.cpus.xeon={sockets: 1, cores_per_socket: 8, "
                                          "clock: 2 GHz, simd: {isa: sve, width_bits: 320, fma_units: 2}, "
                                          "memory_bandwidth: 100 GB/s, memory_latency: 90 ns}"],
-     "hardware.cpus.xeon.simd.width_bits: sve registers are not 320 bits wide (possible: 128 to 2048 in steps"),
+     "hardware.cpus.xeon.simd.width_bits: sve vectors are a multiple of 128 bits up to 2048, got 320"),
     ("global-batch-below-gpus", MOE_SCENARIO, ["--set", "workload.global_batch=24"],
      "workload.global_batch: 24 sequences do not split evenly over the 16 data-parallel GPUs"),
     ("collective-iterations-cap", VALID, ["--set", "workload.iterations=10001"],

@@ -104,20 +104,17 @@ class _Fields:
         return value
 
 
-SIMD_WIDTHS: dict[str, range] = {
-    "avx512": range(512, 513),
-    "avx2": range(256, 257),
-    "avx": range(256, 257),
-    "sse": range(128, 129),
-    "neon": range(128, 129),
-    "sve": range(128, 2049, 128),  # an implementation's choice: a multiple of 128 up to 2048
-    "scalar": range(64, 65),
-}
-"""Vector instruction sets a CPU's ``simd.isa`` may name, with their register widths in bits."""
+SIMD_MAX_BITS = {"avx512": 512, "avx2": 256, "avx": 256, "sse": 128, "neon": 128, "sve": 2048, "scalar": 128}
+"""Vector instruction sets a CPU's ``simd.isa`` may name, with their widest registers in bits. The
+width used may be narrower (AVX-512 code built for 256-bit vectors), a multiple of 64 bits (SVE:
+of 128, the implementation's choice)."""
 
 
-def _widths(widths: range) -> str:
-    return str(widths[0]) if len(widths) == 1 else f"{widths[0]} to {widths[-1]} in steps of {widths.step}"
+def _simd_width_problem(isa: str, width: int) -> str | None:
+    step = 128 if isa == "sve" else 64
+    if width % step or width > SIMD_MAX_BITS[isa]:
+        return f"{isa} vectors are a multiple of {step} bits up to {SIMD_MAX_BITS[isa]}, got {width}"
+    return None
 
 
 def _link(data: Any, path: str) -> LinkSpec:
@@ -153,12 +150,12 @@ def _cpu(name: str, data: Any, path: str) -> CpuSpec:
     if not isinstance(half, list) or any(h not in HALF_TYPES for h in half):
         raise CatalogError(f"{path}.simd.half", f"expected a list of {' / '.join(HALF_TYPES)}, got {half!r}")
     isa, width = s.text("isa"), s.integer("width_bits", minimum=64)
-    if isa not in SIMD_WIDTHS:
+    if isa not in SIMD_MAX_BITS:
         raise CatalogError(f"{path}.simd.isa",
-                           f"unknown instruction set {_shown(isa)} (known: {', '.join(SIMD_WIDTHS)})")
-    if width not in SIMD_WIDTHS[isa]:
-        raise CatalogError(f"{path}.simd.width_bits", f"{isa} registers are not {width} bits wide "
-                                                      f"(possible: {_widths(SIMD_WIDTHS[isa])})")
+                           f"unknown instruction set {_shown(isa)} (known: {', '.join(SIMD_MAX_BITS)})")
+    problem = _simd_width_problem(isa, width)
+    if problem:
+        raise CatalogError(f"{path}.simd.width_bits", problem)
     simd = SimdUnit(isa, width, s.integer("fma_units"), s.flag("gather", True), tuple(sorted(set(half))))
     caches = f.raw("caches", [])
     if not isinstance(caches, list):
