@@ -289,6 +289,8 @@ def test_a_file_beyond_the_size_limit_is_refused_without_reading_it_all(tmp_path
     (["run"], "error: simhpc run: Missing argument 'SCENARIO'. (see 'simhpc run --help')"),
     (["bogus"], "error: simhpc: No such command 'bogus'. (see 'simhpc --help')"),
     (["compare", "x.json", "--worst", "-1"], "error: simhpc compare: Invalid value for '--worst': -1 is not in"),
+    (["run", ""], "error: simhpc run: Invalid value for 'SCENARIO': an empty path"),
+    (["compare", "x.json", "-o", " "], "error: simhpc compare: Invalid value for '-o' / '--outdir': an empty path"),
 ])
 def test_a_bad_option_or_argument_is_one_line_too(args, expected):
     process = subprocess.run([sys.executable, "-m", "simhpc", *args], capture_output=True, text=True)

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simhpc.cli.main import user_errors
+from simhpc.cli.main import PATH, user_errors
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
 from simhpc.costs.calibration_merge import merge_calibrations
@@ -61,7 +61,7 @@ def _write(data: dict[str, Any], output: Path) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=Path("calibration.json"),
     show_default=True,
     help="Calibration file to write.",
@@ -71,7 +71,7 @@ def _write(data: dict[str, Any], output: Path) -> None:
     "--merge",
     "merge",
     multiple=True,
-    type=click.Path(path_type=Path),
+    type=PATH,
     help="Measure nothing: combine these calibrations of one host (repeat the option), keeping each "
     "point's fastest measurement (on a machine whose speed drifts, the min-of-N estimate).",
 )

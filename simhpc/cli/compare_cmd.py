@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from simhpc.cli.main import user_errors
+from simhpc.cli.main import PATH, user_errors
 from simhpc.costs.benchsuite import MicrobenchError, load_suite
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings, load_calibration
@@ -207,17 +207,17 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
 
 
 @click.command("compare")
-@click.argument("measured", type=click.Path(path_type=Path))
+@click.argument("measured", type=PATH)
 @click.option(
     "--calibration",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Calibration file (default: $SIMHPC_CALIBRATION, else the committed calibration in "
     "validation/calibration/ of this kind of machine, or of the one most like it).",
 )
 @click.option(
     "--against",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Align MEASURED with this trace instead of predicting it (per track and span name).",
 )
@@ -247,7 +247,7 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
 @click.option(
     "-o",
     "--outdir",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Folder for comparison.json, ops.csv and predicted_vs_measured.png (default: runs/compare-<trace name>).",
 )

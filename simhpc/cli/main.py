@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -29,6 +30,23 @@ _INPUTS = ("scenario", "measured", "sweep_dir", "merge")
 def _shown_input(value: Any) -> str:
     """An input parameter's value for a message: a path, or paths joined by commas."""
     return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+class _FilePath(click.Path):
+    """A file or folder argument: a :class:`~pathlib.Path`; an empty one is refused (it would
+    read or write the current folder, shown as '.')."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+PATH = _FilePath()
+"""The click type of every path option and argument."""
 
 
 def fail(message: str) -> None:

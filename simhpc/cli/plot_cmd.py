@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from simhpc.cli.main import user_errors
+from simhpc.cli.main import PATH, user_errors
 
 
 @click.command("plot")
-@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@click.argument("sweep_dir", type=PATH)
 @click.option("--x", "x", required=True, metavar="PATH",
               help="Scenario path on the x axis, e.g. workload.size.")
 @click.option("--y", "y", required=True, metavar="METRIC",

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from simhpc.cli.main import user_errors
+from simhpc.cli.main import PATH, user_errors
 from simhpc.cli.progress import run_progress
 from simhpc.report.table import print_summary
 from simhpc.runner import simulate, write_outputs
@@ -15,8 +15,8 @@ from simhpc.scenario.loader import load_scenario
 
 
 @click.command("run")
-@click.argument("scenario", type=click.Path(path_type=Path))
-@click.option("-o", "--outdir", type=click.Path(path_type=Path), default=None,
+@click.argument("scenario", type=PATH)
+@click.option("-o", "--outdir", type=PATH, default=None,
               help="Output folder (default: runs/<scenario file stem>).")
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a scenario field, e.g. --set workload.iterations=20 (repeatable).")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from simhpc.cli.main import user_errors
+from simhpc.cli.main import PATH, user_errors
 from simhpc.sweep import ExecutorConfig, SweepError, SweepPlan, SweepReport, load_plan, run_sweep
 from simhpc.sweep.store import store_path
 
@@ -17,10 +17,10 @@ SHOWN_ERRORS = 5
 
 
 @click.command("sweep")
-@click.argument("scenario", type=click.Path(path_type=Path))
-@click.option("-o", "--outdir", type=click.Path(path_type=Path), default=None,
+@click.argument("scenario", type=PATH)
+@click.option("-o", "--outdir", type=PATH, default=None,
               help="Sweep folder (default: sweeps/<scenario file stem>). Re-running resumes it.")
-@click.option("--spec", "spec_file", type=click.Path(path_type=Path), default=None,
+@click.option("--spec", "spec_file", type=PATH, default=None,
               help="Read the sweep spec from this file instead of the scenario's sweep: section.")
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a field of the base scenario (repeatable).")
