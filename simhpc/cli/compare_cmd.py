@@ -162,9 +162,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         console.print(f"note: {count} {what}", markup=False)
 
 
+def _reasons(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
+
+
 def _skipped_line(skipped: dict[str, int], what: str = "events") -> str:
-    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
-    return f"{what} skipped while reading (in no count above): {reasons}"
+    return f"{what} skipped while reading (in no count above): {_reasons(skipped)}"
 
 
 def _print_against(result: dict[str, Any], limit: int) -> None:
@@ -347,7 +350,7 @@ def command(
         warn(beyond)
     comparison = compare_trace(trace, model, cpu, used)
     if comparison.ops_total == 0 or comparison.measured_step_s <= 0:
-        skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(comparison.skipped_events.items()))
+        skipped = _reasons(comparison.skipped_events)
         raise CompareError(f"{measured}: nothing to compare, no op of positive duration"
                            + (f" (events skipped: {skipped})" if skipped else ""))
     summary = comparison.summary(worst)

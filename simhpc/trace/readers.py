@@ -273,8 +273,8 @@ def _nest(ops: list[OpRecord]) -> int:
             stack.pop()
         if stack and op.end > stack[-1].end + OVERLAP_TOLERANCE_S:
             improper += 1
-        while stack and op.end > stack[-1].end + OVERLAP_TOLERANCE_S:
-            stack.pop()  # overlaps without nesting: not a child
+            while stack and op.end > stack[-1].end + OVERLAP_TOLERANCE_S:
+                stack.pop()  # overlaps without nesting: not a child
         if stack:
             op.parent = stack[-1].index
             op.depth = len(stack)
