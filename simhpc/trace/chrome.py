@@ -18,12 +18,22 @@ from typing import Any
 
 from simhpc.engine.recorder import TraceRecorder, Track
 
-_US = 1e6
+_NS = 1e9
+
+
+def _ns(seconds: float) -> int:
+    """Seconds -> whole nanoseconds, the resolution Perfetto keeps."""
+    return round(seconds * _NS)
 
 
 def _us(seconds: float) -> float:
-    """Seconds -> microseconds, rounded to the picosecond so output is stable."""
-    return round(seconds * _US, 6)
+    """Seconds -> microseconds, rounded to the nanosecond so output is stable.
+
+    Perfetto rounds ``ts`` and ``dur`` to nanoseconds separately (``llround(us * 1000)``) and drops a
+    complete event that begins inside the previous one on its track and ends after it: with
+    sub-nanosecond digits, two touching spans could overlap by a nanosecond after its rounding.
+    """
+    return _ns(seconds) / 1000
 
 
 def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
@@ -57,9 +67,9 @@ def chrome_events(recorder: TraceRecorder) -> list[dict[str, Any]]:
         pid, tid = pid_of(track.process), tid_of(track.process, track.thread)
         for span in track.spans:
             # dur from the rounded ends, so touching spans never overlap after rounding
-            start_us = _us(span.start)
+            start_ns = _ns(span.start)
             event: dict[str, Any] = {"ph": "X", "name": span.name, "pid": pid, "tid": tid,
-                                     "ts": start_us, "dur": round(_us(span.end) - start_us, 6)}
+                                     "ts": start_ns / 1000, "dur": (_ns(span.end) - start_ns) / 1000}
             if span.category:
                 event["cat"] = span.category
             if span.args:
@@ -116,7 +126,7 @@ class _Slices:
         if not 0 <= j < len(self.spans):
             return ts
         start, end = self.spans[j]
-        return round((start + end) / 2, 6)
+        return round((start + end) / 2, 3)
 
 
 def write_chrome_trace(recorder: TraceRecorder, path: str | Path, metadata: dict[str, Any] | None = None) -> None:

@@ -1,0 +1,41 @@
+"""The Chrome trace writer as Perfetto reads it: whole nanoseconds, no partially overlapping slices."""
+
+import math
+
+from simhpc.engine.recorder import TraceRecorder
+from simhpc.trace.chrome import chrome_events
+
+
+def perfetto_ns(value_us: float) -> int:
+    """What Perfetto's JSON importer makes of a ts or dur in microseconds: llround(value * 1000)."""
+    return math.floor(value_us * 1000.0 + 0.5)
+
+
+def test_touching_spans_stay_disjoint_in_perfetto_nanoseconds():
+    """Perfetto rounds ts and dur to nanoseconds separately and drops a complete event that starts
+    before the previous one on its track ends and ends after it
+    (slice_drop_overlapping_complete_event): back-to-back spans must not overlap after rounding."""
+    recorder = TraceRecorder()
+    track = recorder.track("n0.gpu0", "compute")
+    t = 0.0
+    for _ in range(200):  # sub-nanosecond boundaries, as simulated times have
+        end = t + 1.2345678e-6
+        track.span("op", t, end)
+        track.span("profile op", end, end + 2e-5)
+        t = end + 2e-5
+    spans = [event for event in chrome_events(recorder) if event["ph"] == "X"]
+    previous_end = None
+    for event in spans:
+        start = perfetto_ns(event["ts"])
+        end = start + perfetto_ns(event["dur"])
+        if previous_end is not None:
+            assert start >= previous_end, (event, previous_end)
+        previous_end = end
+
+
+def test_span_ends_are_kept_to_the_nanosecond():
+    recorder = TraceRecorder()
+    recorder.track("p", "t").span("op", 1.0000000004, 2.0000000006)
+    (event,) = [event for event in chrome_events(recorder) if event["ph"] == "X"]
+    assert perfetto_ns(event["ts"]) == 1_000_000_000
+    assert perfetto_ns(event["ts"]) + perfetto_ns(event["dur"]) == 2_000_000_001
