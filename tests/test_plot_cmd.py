@@ -81,6 +81,10 @@ def test_bar_plot_for_categorical_x_and_note_about_other_params(sweep_dir):
     (["--x", "workload.algorithm", "--y", "workload.mean_time_s", "--kind", "line"], "needs numeric --x"),
     (["--x", "workload", "--y", "workload.mean_time_s"], "--x workload: a section of the scenario, not a field"),
     (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", ".."], "--name '..': not a file name"),
+    (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", "../out"], "--name '../out': not a file name"),
+    (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", "/tmp/o"], "--name '/tmp/o': not a file name"),
+    (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", ""], "--name '': not a file name"),
+    (["--x", "workload.size", "--y", "workload"], "--y workload: a section of the summary, not a metric"),
 ])
 def test_bad_requests_are_one_line_exit_2(sweep_dir, args, message):
     result = CliRunner().invoke(main, ["plot", str(sweep_dir), *args])

@@ -201,6 +201,9 @@ def group_runs(records: list[RunRecord], x: str, y: str,
                if value is not _MISSING and value is not None]
     if not present or not all(_is_number(value) for _, value in present):
         bad = next((value for _, value in present if not _is_number(value)), None)
+        if isinstance(bad, dict):
+            inside = ", ".join(_numeric_metrics([bad], prefix=f"{y}.")) or "none"
+            raise PlotError(f"--y {y}: a section of the summary, not a metric (numeric metrics in it: {inside})")
         raise PlotError(f"--y {y}: not a number ({bad!r}); pick a numeric metric")
     if len(present) < len(ok):
         notes.append(f"left out {len(ok) - len(present)} runs without a value for {y}")
@@ -322,8 +325,8 @@ def plot_sweep(folder: str | Path, x: str, y: str, hue: str | None = None, where
     groups, notes = group_runs(records, x, y, hue)
     if earlier:
         notes.append(f"left out {earlier} stored runs of earlier versions of the sweep (not in its last plan)")
-    stem = name or f"plot_{_filename(y)}"
-    if not Path(stem).name.strip("."):
+    stem = f"plot_{_filename(y)}" if name is None else name
+    if not Path(stem).name.strip(".") or Path(stem).name != stem:  # a name, not a path out of the folder
         raise PlotError(f"--name {stem!r}: not a file name (the figure is written as NAME.png, its data as NAME.csv)")
     png, table = folder / f"{stem}.png", folder / f"{stem}.csv"
     draw(groups, png, x, y, hue, errorbar, kind)
