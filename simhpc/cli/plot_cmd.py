@@ -37,4 +37,5 @@ def command(sweep_dir: Path, x: str, y: str, hue: str | None, where: tuple[str, 
     figure = plot_sweep(sweep_dir, x, y, hue, where, errorbar, kind, name)  # type: ignore[arg-type]
     for note in figure.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"wrote {figure.png} and {figure.csv} ({len(figure.groups)} points)")
+    points = len(figure.groups)
+    click.echo(f"wrote {figure.png} and {figure.csv} ({points} point{'' if points == 1 else 's'})")

@@ -25,7 +25,7 @@ SHOWN_ERRORS = 5
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a field of the base scenario (repeatable).")
 @click.option("--grid", "grid", multiple=True, metavar="PATH=V1,V2,...",
-              help="Add a grid factor, e.g. --grid workload.size='1 MiB,16 MiB' (repeatable).")
+              help="Add a grid factor or replace its values, e.g. --grid workload.size='1 MiB,16 MiB' (repeatable).")
 @click.option("--executor", default=None, metavar="local|dask|dask://HOST:PORT",
               help="local: processes on this machine (default); dask: a Dask cluster (a LocalCluster "
                    "unless --scheduler names one); dask://HOST:PORT: the Dask scheduler at tcp://HOST:PORT.")
