@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -1171,3 +1172,25 @@ def test_products_pay_for_what_ran_before_them() -> None:
     assert efficiency.asked[0][2] == pytest.approx(weight + activation / 2)
     assert efficiency.asked[1][2] == pytest.approx(64 * 10 * 4 + weight / 2)  # the fresh gradient: whole
     assert efficiency.asked[2][2] == pytest.approx((64 * 10 * 4 + activation) / 2)
+
+
+@pytest.mark.parametrize("name,shapes", [
+    ("aten::hardswish", [[32, 64, 32, 32]]),
+    ("aten::hardswish_backward", [[32, 64, 32, 32], [32, 64, 32, 32]]),
+    ("aten::hardsigmoid", [[32, 64, 32, 32]]),
+    ("aten::hardsigmoid_backward", [[32, 64, 32, 32], [32, 64, 32, 32]]),
+    ("aten::log_sigmoid_forward", [[64, 512, 128]]),
+    ("aten::log_sigmoid_backward", [[64, 512, 128], [64, 512, 128], [64, 512, 128]]),
+    ("aten::smooth_l1_loss", [[64, 512, 128], [64, 512, 128], [], []]),
+    ("aten::huber_loss", [[64, 512, 128], [64, 512, 128], [], []]),
+    ("aten::softplus_backward", [[64, 512], [64, 512], [], []]),
+    ("aten::elu_backward", [[64, 512], [], [], [], [], [64, 512]]),
+    ("aten::mish", [[64, 512]]),
+])
+def test_common_activations_and_losses_are_elementwise(name: str, shapes: list) -> None:
+    """MobileNet's hardswish, F.logsigmoid, smooth L1 / Huber losses and the backward passes of
+    softplus and ELU are one pass over their tensors, as relu or gelu are (they were listed as
+    'no cost model for this op's own work' in real captures)."""
+    assert classify(name, "cpu_op") == "elementwise"
+    kernel = _kernel(name, shapes)
+    assert isinstance(kernel, Elementwise) and kernel.n == max(math.prod(s) for s in shapes if s)

@@ -50,7 +50,8 @@ REDUCTION_OPS = names("""
 TRANSCENDENTAL = names("""
     tanh tanh_backward exp sigmoid sigmoid_backward silu silu_backward gelu gelu_backward erf log log1p
     pow softplus elu rsqrt sqrt _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
-    _foreach_sqrt _foreach_pow _foreach_exp
+    _foreach_sqrt _foreach_pow _foreach_exp log_sigmoid_forward log_sigmoid_backward softplus_backward
+    elu_backward mish mish_backward
 """)
 ELEMENTWISE_OPS = (
     names("""
@@ -66,7 +67,8 @@ ELEMENTWISE_OPS = (
     isinf isneginf isposinf index_put _foreach_add _foreach_mul _foreach_div _foreach_sub
     _foreach_addcmul _foreach_addcdiv _foreach_lerp _foreach_copy _foreach_zero _foreach_neg
     _foreach_maximum _foreach_clamp_max _foreach_clamp_min _fused_sgd _fused_adam _fused_adamw softmax
-    log_softmax
+    log_softmax hardswish hardswish_backward hardsigmoid hardsigmoid_backward smooth_l1_loss
+    smooth_l1_loss_backward huber_loss huber_loss_backward
 """)
     | TRANSCENDENTAL
 )
