@@ -58,6 +58,18 @@ def test_begin_end_pairs_become_complete_events() -> None:
     assert trace.skipped == {"E event without a matching B": 1}
 
 
+def test_an_end_events_args_are_merged_into_its_begin_events() -> None:
+    """The Trace Event Format merges the args of an ``E`` event into its ``B`` event's (the
+    ``E`` event's value wins a clash): shapes recorded at the end of a span are its shapes."""
+    events = [
+        {"ph": "B", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "args": {"Input type": ["x"]}},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 5,
+         "args": {"Input Dims": [[64, 32], [32, 16]], "Input type": ["float", "float"]}},
+    ]
+    (mm,) = parse_trace(events, "list").ops
+    assert mm.shapes == [[64, 32], [32, 16]] and mm.dtypes == ["float", "float"]
+
+
 def test_profiler_steps_are_recognised() -> None:
     events = [
         _x("ProfilerStep#5", 0, 100, cat="user_annotation"),

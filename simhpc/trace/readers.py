@@ -161,7 +161,8 @@ def _track_names(events: list[Any]) -> tuple[dict[Any, str], dict[tuple[Any, Any
 def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str, Any]]:
     """``X`` events, plus ``B``/``E`` pairs matched per (pid, tid) into complete events.
 
-    ``B``/``E`` events are matched in time order (a file need not list them so), and an ``X``
+    ``B``/``E`` events are matched in time order (a file need not list them so), an ``E`` event's
+    ``args`` are merged into its ``B`` event's (the Trace Event Format's rule; ``E``'s win), and an ``X``
     event that repeats one already read, unique id included (a file written twice over), is
     skipped.
     """
@@ -211,6 +212,8 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             merged = dict(begin)
             merged["ph"] = "X"
             merged["dur"] = duration
+            if isinstance(event.get("args"), Mapping) and event["args"]:  # the format merges E's args into B's
+                merged["args"] = {**(begin["args"] if isinstance(begin.get("args"), Mapping) else {}), **event["args"]}
             complete.append(merged)
         elif isinstance(phase, str) and phase in ASYNC_PHASES:
             skipped["async span events (b/e/n, S/T/F), not read"] += 1
