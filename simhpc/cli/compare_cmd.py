@@ -113,7 +113,9 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
-            f"{fresh} ops writing tensors of 32 MiB or more, which malloc maps afresh (in the ops' predictions)"
+            f"{fresh} ops writing tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' "
+            "predictions; a large enough free chunk at the heap's top serves one without faults, as what the "
+            "process freed before decides, which a trace does not record)"
         )
     exposed = comparison.heap_faults_if_fresh_s
     if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:

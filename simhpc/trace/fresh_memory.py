@@ -6,8 +6,9 @@ each block of :data:`FRESH_BLOCK_BYTES` or more afresh (32 MiB is its largest mm
 turned off) and unmaps it when it is freed, so the first write into such a tensor takes a page
 fault per page, in every step. (It takes the block from the heap instead when a free chunk there is
 large enough; in the ResNet-stem captures of ``validation/`` most such writes faulted, a batch
-norm's output now and then did not.) The calibration's ``first_touch`` points say what a fault
-costs (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.first_touch_s`).
+norm's output now and then did not; in captures with glibc's default settings a 32 MiB ``fill_``
+or a 64 MiB ``copy_`` sometimes did not fault at all, which no trace records.) The calibration's
+``first_touch`` points say what a fault costs (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.first_touch_s`).
 
 The first writer is the op that allocated the tensor (a ``relu``'s ``clamp_min``, a
 convolution, a batch norm) unless one of its descendants writes the whole tensor in place
