@@ -133,6 +133,9 @@ def test_improperly_nested_events_are_counted_in_a_note(tmp_path: Path) -> None:
     assert trace.ops[2].parent == 0  # the partial overlap is the step's child, not the first product's
     proper = parse_trace([step, _op("aten::mm", 0, 100), _op("aten::mm", 10, 50), _op("aten::mm", 100, 10)], "ok")
     assert proper.notes == {}
+    # with_stack=True: a Python frame straddling the step's end is how torch records it, not news
+    frame = {**_op("profiler.py(932): __exit__", 990, 30), "cat": "python_function"}
+    assert parse_trace([step, _op("aten::mm", 0, 100), frame], "stack").notes == {}
     assert _compare(tmp_path, improper, "--json")["notes"] == {IMPROPER_NESTING: 1}
     result = _compare(tmp_path, improper)
     assert "note: 1 complete events that start inside another" in " ".join(result.stdout.split())
