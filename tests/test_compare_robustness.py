@@ -17,7 +17,7 @@ from simhpc.costs.calibration_file import CalibrationError, host_specs, load_cal
 from simhpc.costs.kernels import Recurrent
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import kernel_for
-from simhpc.trace.compare import CONCURRENT_OPS, concurrent_ops, traced_kernel
+from simhpc.trace.compare import CONCURRENT_OPS, OTHER_DTYPE, compare_trace, concurrent_ops, traced_kernel
 from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
 from simhpc.trace.thread_count import infer_threads
 
@@ -214,3 +214,20 @@ def test_flat_input_dims_are_called_invalid_not_missing() -> None:
     assert flat.kernel is None and flat.reason.startswith("invalid input shapes [64, 64]")
     none = kernel_for("aten::mm", "gemm", [], [], [], False)
     assert none.kernel is None and "record_shapes=True" in none.reason
+
+
+def test_ops_timed_from_another_dtypes_points_are_counted_in_a_note() -> None:
+    """A bf16 elementwise or framework op without bf16 points is timed from fp32's by bytes: said,
+    not silent. The fp32 model's ops all have points of their own dtype."""
+    calibration = load_calibration(ROOT / "validation" / "calibration" / "epyc-zen4.json")
+    efficiency = CalibratedEfficiency(calibration)
+    pooled = kernel_for("aten::avg_pool2d_backward", "elementwise", [[32, 64, 16, 16], [32, 64, 32, 32]],
+                        ["c10::BFloat16", "c10::BFloat16"], ["", "", "[2, 2]", "[2, 2]"], False).kernel
+    assert pooled is not None and pooled.dtype == "bf16" and efficiency.other_dtype(pooled)
+    fp32 = kernel_for("aten::avg_pool2d_backward", "elementwise", [[32, 64, 16, 16], [32, 64, 32, 32]],
+                      ["float", "float"], ["", "", "[2, 2]", "[2, 2]"], False).kernel
+    assert fp32 is not None and not efficiency.other_dtype(fp32)
+    model, (cpu, _) = CostModel(efficiency), host_specs(calibration)
+    bf16_capture = read_trace(ROOT / "validation" / "traces" / "captures" / "epyc-zen2" / "mlp_bf16_t1.json.gz")
+    assert compare_trace(bf16_capture, model, cpu, 1).notes.get(OTHER_DTYPE, 0) > 0
+    assert OTHER_DTYPE not in compare_trace(read_trace(CAPTURE), model, cpu, 1).notes

@@ -527,10 +527,10 @@ class CalibratedEfficiency:
         weight = math.log(run / low) / math.log(high / low)
         return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
 
-    def _curve_time(
-        self, section: str, op: str, dtype: str, working: float, amount: float, threads: int
-    ) -> float | None:
-        """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
+    def _curve_of(self, section: str, op: str, dtype: str) -> tuple[str, str] | None:
+        """The measured (op, dtype) curve that times ``op`` in ``dtype``: its own, else fp32's (else
+        any measured dtype's); an op without points of its own takes the section's first one,
+        except in :data:`OWN_OP_ONLY` sections (None)."""
         available = [k for k in self._curves if k[0] == section and k[1] == op]
         if not available:
             if section in OWN_OP_ONLY:
@@ -540,7 +540,26 @@ class CalibratedEfficiency:
                 return None
             op = sorted(available)[0][1]
         dtypes = {k[2] for k in available if k[1] == op}
-        dtype = dtype if dtype in dtypes else ("fp32" if "fp32" in dtypes else sorted(dtypes)[0])
+        return op, dtype if dtype in dtypes else ("fp32" if "fp32" in dtypes else sorted(dtypes)[0])
+
+    def other_dtype(self, kernel: Kernel) -> bool:
+        """Whether a memory-bound kernel is timed from points of another dtype than its own (a
+        bf16 pooling from fp32's, by bytes: 16-bit loops without vector code of their own can be
+        several times slower per byte)."""
+        key = self._stream_key(kernel)
+        if key is None or key[0] == "permute":
+            return False
+        curve = self._curve_of(*key[:3])
+        return curve is not None and curve[1] != key[2]
+
+    def _curve_time(
+        self, section: str, op: str, dtype: str, working: float, amount: float, threads: int
+    ) -> float | None:
+        """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
+        curve = self._curve_of(section, op, dtype)
+        if curve is None:
+            return None
+        op, dtype = curve
         counts = sorted(int(k[3]) for k in self._curves if k[:3] == (section, op, dtype))
         blend = self._thread_blend(counts, threads)
         smallest = min(self._smallest[(section, op, dtype, str(t))] for t, _ in blend)

@@ -333,6 +333,11 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     concurrent = concurrent_ops(trace)
     if concurrent:
         notes[CONCURRENT_OPS] = concurrent
+    other_dtype = getattr(model.efficiency, "other_dtype", None)
+    borrowed = sum(1 for p in predictions if p.kernel is not None and other_dtype is not None
+                   and other_dtype(p.kernel)) // steps
+    if borrowed:
+        notes[OTHER_DTYPE] = borrowed
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
                             outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
@@ -388,6 +393,11 @@ def outermost(trace: Trace, op: OpRecord) -> bool:
             return False
         parent = trace.ops[parent].parent
     return True
+
+
+OTHER_DTYPE = ("ops a step timed from another dtype's points of their op, by bytes (no points of their own "
+               "dtype, e.g. bf16 pooling: a 16-bit loop can be several times slower per byte)")
+"""The :attr:`Comparison.notes` key counting such ops."""
 
 
 CONCURRENT_OPS = ("top-level ops that ran while an op of another thread ran (torch.jit.fork, inter-op "
