@@ -59,7 +59,11 @@ def _split(value: object, kind: str) -> tuple[float, str]:
     if isinstance(value, bool):
         raise UnitError(f"expected {_EXAMPLES[kind]}, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value), ""
+        try:
+            return float(value), ""
+        except OverflowError:  # an int beyond any float (YAML reads 10**400 written out as one)
+            digits = int(abs(value).bit_length() * math.log10(2)) + 1  # str() refuses > 4300 digits
+            raise UnitError(f"expected {_EXAMPLES[kind]}, got an integer of about {digits} digits") from None
     if not isinstance(value, str):
         raise UnitError(f"expected {_EXAMPLES[kind]}, got {value!r}")
     match = _QUANTITY.match(value.strip())

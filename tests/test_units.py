@@ -53,6 +53,8 @@ def test_parse_rate_and_frequency():
     (parse_time, "1e308 s"), (parse_time, 1e31), (parse_bandwidth, "1e400 GB/s"), (parse_bandwidth, "1e-300 B/s"),
     (parse_number, True), (parse_number, "fast"), (parse_number, "2 GB"), (parse_number, float("inf")),
     (parse_number, 1e308), (parse_number, "-1e-40"),
+    # an integer too large for a float (YAML reads 10**400 written out as an int)
+    (parse_bandwidth, 10**400), (parse_size, 10**400), (parse_time, -(10**400)), (parse_number, 10**400),
 ])
 def test_bad_values_raise_clear_errors(parser, value):
     with pytest.raises(UnitError, match="expected"):
