@@ -133,3 +133,17 @@ def test_the_console_summary_shows_every_field(tmp_path, scenarios_dir):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["workload"]["failures"]["count"] == 1
     assert "workload.failures.unrecoverable" in result.output and "workload.useful_time_s" in result.output
+
+
+def test_a_name_in_a_script_the_font_lacks_draws_the_timeline_without_warnings(tmp_path):
+    import warnings
+
+    from simhpc.engine import Simulation
+    from simhpc.report.timeline import plot_timeline
+
+    sim = Simulation(0)
+    sim.trace.track("h0", "comm").span("all_reduce", 0.0, 1e-3, "comm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_timeline(sim.trace, tmp_path / "timeline.png", title="全对全-α∑🚀")
+    assert (tmp_path / "timeline.png").stat().st_size > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -47,8 +48,10 @@ def plot_timeline(recorder: TraceRecorder, path: str | Path, title: str = "", ma
     if len(labels) <= 20:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[label]) for label in labels]
         axes.legend(handles, labels, fontsize=7, loc="upper right", ncol=min(4, max(1, len(labels))))
-    figure.tight_layout()
-    figure.savefig(path, dpi=110, metadata={"Software": None})
+    with warnings.catch_warnings():  # a name in a script the font lacks (CJK, emoji) draws boxes, silently
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+        figure.tight_layout()
+        figure.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(figure)
 
 
