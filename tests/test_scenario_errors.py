@@ -196,6 +196,11 @@ CASES = [
     ("collective-iterations-cap", VALID, ["--set", "workload.iterations=10001"],
      "workload.iterations: Input should be less than or equal to 10000"),
     ("name-too-long", VALID, ["--set", "name=" + "x" * 201], "name: String should have at most 200 characters"),
+    # integers past Python's 4300-digit str->int limit: PyYAML's int() raised a ValueError traceback
+    ("integer-of-5001-digits", VALID.replace("seed: 0", "seed: 1" + "0" * 5000), [],
+     ("at line 2, column 7", "integer of 5001 digits")),
+    ("override-integer-of-5001-digits", VALID, ["--set", "workload.size=1" + "0" * 5000],
+     ("workload.size", "integer of 5001 digits")),
     ("override-path-too-deep", VALID, ["--set", ".".join(["a"] * 500) + ".b=1", "--set", "seed=1"],
      "path has 501 parts, more than 32"),
 ]

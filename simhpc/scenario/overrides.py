@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from simhpc.scenario.yamlio import DuplicateKeyError, ExpansionError, load_yaml
+from simhpc.scenario.yamlio import DuplicateKeyError, ExpansionError, IntegerTooLongError, load_yaml
 
 MAX_PATH_PARTS = 32
 """Most dotted parts an override path may have: far deeper than any scenario, and shallow enough
@@ -32,7 +32,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise OverrideError(path or text, f"malformed path in --set {text!r}")
     try:
         value = load_yaml(raw) if raw.strip() else ""
-    except (DuplicateKeyError, ExpansionError) as error:  # YAML, refused as a value: say why
+    except (DuplicateKeyError, ExpansionError, IntegerTooLongError) as error:  # YAML, refused as a value: say why
         raise OverrideError(path, str(getattr(error, "problem", None) or error)) from None
     except yaml.YAMLError:
         value = raw  # not readable as YAML ('[1, 2', '!tag x'): the text itself

@@ -11,6 +11,7 @@ and ``1_000``: here they stay strings, which an integer field then rejects by na
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -67,6 +68,25 @@ UniqueKeyLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 UniqueKeyLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+
+
+class IntegerTooLongError(ConstructorError):
+    """An integer with more digits than the interpreter converts."""
+
+
+def _construct_int(loader: UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    """An integer, refused past the interpreter's str->int digit limit (4300 by default), where
+    ``int()`` would raise a plain ValueError out of the parser."""
+    text = str(loader.construct_scalar(node))
+    digits = len(text.lstrip("+-").replace("_", ""))
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit and digits > limit:
+        raise IntegerTooLongError(None, None, f"an integer of {digits} digits (more than {limit}) is no count "
+                               "or quantity", node.start_mark)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
 
 
 MAX_VALUES = 1_000_000
