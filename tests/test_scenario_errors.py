@@ -100,6 +100,10 @@ CASES = [
      "hardware.gpus.x.memory_bandwidth: expected a bandwidth"),
     ("hardware-unknown-section", edited(setter("hardware", {"tpus": {}})), [], "hardware.tpus: unknown section"),
     ("too-many-ranks", edited(setter("workload.ranks", 100)), [], "workload.ranks: 100 ranks requested"),
+    ("huge-count-not-printed-whole", VALID, ["--set", f"workload.iterations={10**400}"],
+     "workload.iterations: Input should be less than or equal to 10000, got an integer of about 401 digits"),
+    ("long-string-cut", VALID, ["--set", "seed=" + "x" * 500],
+     "seed: Input should be a valid integer, got '" + "x" * 59 + "... (502 characters)"),
     ("unknown-rank-name", edited(setter("workload.ranks", ["h0", "h77"])), [], "workload.ranks: unknown endpoint"),
     ("oversubscription-below-one", edited(setter("network.topology", {
         "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": 0.5})), [],

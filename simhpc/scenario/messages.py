@@ -43,6 +43,16 @@ def _strip_tags(location: tuple[Any, ...], data: Any, missing: bool = False) -> 
 
 
 _SHOULD = "Input should be "
+_LONGEST_SHOWN = 60
+"""Most characters of an offending value a message shows (a 400-digit integer, a long string)."""
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to :data:`_LONGEST_SHOWN` characters with the length said."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # str() refuses 4300+
+    text = repr(value)
+    return text if len(text) <= _LONGEST_SHOWN else f"{text[:_LONGEST_SHOWN]}... ({len(text)} characters)"
 
 
 def _message(error: Mapping[str, Any], got: bool = True) -> str:
@@ -59,7 +69,7 @@ def _message(error: Mapping[str, Any], got: bool = True) -> str:
         return f"unknown kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"
     if got and "input" in error and error["type"] not in ("value_error",) \
             and not isinstance(error["input"], (dict, list)):
-        message += f", got {error['input']!r}"
+        message += f", got {_shown(error['input'])}"
     return message
 
 
@@ -93,7 +103,7 @@ def describe_validation_error(error: ValidationError, data: Any) -> tuple[str, s
         if text not in message:
             message += f" or {text}"
     if alternatives and "input" in chosen and not isinstance(chosen["input"], (dict, list)):
-        message += f", got {chosen['input']!r}"
+        message += f", got {_shown(chosen['input'])}"
     more = len(errors) - 1 - len(alternatives)
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
