@@ -140,3 +140,14 @@ def test_the_second_pipeline_runs_on_the_mirrored_devices(mapping):
 def test_bidirectional_prt_refuses_an_odd_number_of_devices():
     with pytest.raises(ValueError, match="even number of devices"):
         prt_bi(2).check(3, 8)
+
+
+@pytest.mark.parametrize(("p", "m"), [(12, 13), (12, 14), (6, 7), (6, 14)])
+def test_a_negligible_transfer_does_not_cost_chimera_its_formula(p, m):
+    """Transfers of 1e-9 of a forward (what a scenario with a 1e30 B/s, 0 s link gives) must not
+    leave Chimera a bubble well above ``(p-2)/(2m+p-2)``, which it reaches with free transfers:
+    the planner also tries the profile's op times without the transfers."""
+    profile = uniform_profile(p, 1.0, 1.0, 1e-9)
+    plan = Chimera(Chimera.Params(kind="chimera")).plan_for(p, m, 2.0, profile)
+    timing = plan_timing(plan, profile.duration, profile.delay)
+    assert timing.makespan == pytest.approx(2 * m + p - 2, abs=1e-6)
