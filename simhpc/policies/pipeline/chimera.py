@@ -15,9 +15,9 @@ forwards before backwards, later stages first, at most ``max_inflight`` micro-ba
 direction in flight (default ``p``; a device then holds at most ``2p`` activations). The dry run
 that yields the order uses unit costs; given the workload's
 :class:`~simhpc.policies.pipeline.profile.StageProfile` (``dry_run: profile``) it also runs one
-with the profiled op and transfer times, and keeps whichever order the profile estimates faster
-(a dry run that knows the transfers leaves room for them, but a greedy order is not always
-better for knowing more).
+with the profiled op and transfer times and one with the op times alone, and keeps whichever
+order the profile estimates fastest (a dry run that knows the transfers leaves room for them, but
+a greedy order is not always better for knowing more).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from simhpc.scenario.types import PositiveInt, Strict
 
 DryRun = Literal["profile", "unit"]
 """Costs of the dry runs that order a greedy plan: ``unit`` (forward 1, backward the model's
-ratio, free transfers) or ``profile`` (also the workload's op and transfer times; the order the
-profile estimates faster is kept)."""
+ratio, free transfers) or ``profile`` (also the workload's op times with and without its transfer times; the
+order the profile estimates fastest is kept)."""
 
 
 class ChimeraParams(Strict):
@@ -73,8 +73,8 @@ def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batch
         micro_batches: micro-batches over both directions.
         inflight: micro-batches of each direction in flight at most.
         backward_cost: backward / forward time of the unit-cost dry run.
-        profile: op and transfer times; when given, a dry run with them is tried too and the
-            order the profile estimates faster kept (:func:`~.greedy.profiled_order`).
+        profile: op and transfer times; when given, dry runs with them (and with the op times
+            alone) are tried too and the order the profile estimates fastest kept (:func:`~.greedy.profiled_order`).
     """
     maps = (tuple(down), mirror(down, devices))
     pipelines = split_directions(micro_batches)

@@ -46,8 +46,8 @@ grows: at ``p = 4, k = 2, m = 64`` the bubble is 0.185, against 1F1B's 0.045. Wi
 schedule the reproduction uses.
 
 Greedy orders (bidirectional, V-shaped, custom) come from a unit-cost dry run; with
-``dry_run: profile`` (default) a dry run with the workload's profiled op and transfer times is
-also made and the order the profile estimates faster is kept
+``dry_run: profile`` (default) dry runs with the workload's profiled op times, with and without its
+transfer times, are also made and the order the profile estimates fastest is kept
 (:func:`~simhpc.policies.pipeline.greedy.profiled_order`), the same planner as Chimera's.
 """
 
