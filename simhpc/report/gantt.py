@@ -101,10 +101,12 @@ def plot_gantts(runs: Sequence[tuple[str, TraceRecorder]], path: str | Path, ite
                        for s in row)) * 1e3 for _, rows in panels if rows)
         axes_list[-1, 0].set_xlim(0, longest)
     axes_list[-1, 0].set_xlabel("time within the iteration (ms)")
+    spans = [span for _, rows in panels for row in rows.values() for span in row]
     legend = [Patch(facecolor=_shade(to_rgb("tab:blue"), 0.45), label="forward (light)"),
-              Patch(facecolor=_shade(to_rgb("tab:blue"), -0.25), label="backward (dark)"),
-              Patch(facecolor="white", edgecolor="grey", hatch="///", label="second pipeline (bidirectional)")]
-    if any(span.category == "weight" for _, rows in panels for row in rows.values() for span in row):
+              Patch(facecolor=_shade(to_rgb("tab:blue"), -0.25), label="backward (dark)")]
+    if any((span.args or {}).get("pipeline", 0) for span in spans):
+        legend.append(Patch(facecolor="white", edgecolor="grey", hatch="///", label="second pipeline (bidirectional)"))
+    if any(span.category == "weight" for span in spans):
         legend.insert(2, Patch(facecolor=to_rgb("tab:blue"), edgecolor="white", hatch=HATCH["weight"],
                                label="weight gradient W (dotted)"))
     figure.legend(handles=legend, fontsize=7, loc="lower center", ncol=len(legend), frameon=False)
