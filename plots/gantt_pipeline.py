@@ -4,6 +4,9 @@ Any run:
     .venv/bin/python plots/gantt_pipeline.py scenarios/pipeline_bert_large.yaml \\
         --set 'workload.schedule={kind: prt, k: 3}' -o runs/gantt.png
 
+A finished run, from its trace (no new simulation; every iteration if ``--iteration all``):
+    .venv/bin/python plots/gantt_pipeline.py --trace runs/pipeline_bert_large/trace.json -o runs/gantt.png
+
 Without a scenario it draws the committed figure ``plots/gantt_bert_large.png``: BERT-large on
 8 V100s with 8 micro-batches under 1F1B (depth 8), PRT unidirectional (k=3, depth 24), PRT
 bidirectional (k=2) and ZB-H1 (depth 8, split backward), first iteration, on one time axis.
@@ -16,9 +19,10 @@ import sys
 from pathlib import Path
 
 from simhpc.errors import SimhpcError
-from simhpc.report.gantt import plot_gantts
+from simhpc.report.gantt import pipeline_spans, plot_gantts
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
+from simhpc.trace.chrome import read_chrome_trace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -48,8 +52,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", nargs="?", type=Path, help="a pipeline_training scenario")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE")
+    parser.add_argument("--trace", type=Path, help="draw a finished run from its trace.json instead of simulating")
+    parser.add_argument("--iteration", default="0", help="iteration to draw (default 0), or 'all'")
     parser.add_argument("-o", "--output", type=Path, help="PNG to write")
     args = parser.parse_args()
+    if args.trace is not None and (args.scenario is not None or args.overrides):
+        parser.error("--trace draws a finished run: give no scenario and no --set")
+    if args.iteration != "all" and not args.iteration.isdigit():
+        parser.error(f"--iteration: a whole number or 'all', got {args.iteration!r}")
     try:
         draw(args)
     except SimhpcError as error:
@@ -58,7 +68,18 @@ def main() -> None:
 
 
 def draw(args: argparse.Namespace) -> None:
-    """Simulate the panels ``args`` asks for and write the figure."""
+    """Simulate the panels ``args`` asks for (or read the run ``--trace`` names) and write the figure."""
+    iteration = None if args.iteration == "all" else int(args.iteration)
+    if args.trace is not None:
+        recorder = read_chrome_trace(args.trace)
+        if not pipeline_spans(recorder, iteration=iteration):
+            raise SimhpcError(f"{args.trace}: no pipeline ops (forward/backward/weight spans) of iteration "
+                              f"{args.iteration}: not a pipeline_training run's trace?")
+        output = args.output or args.trace.with_name("gantt.png")
+        output.parent.mkdir(parents=True, exist_ok=True)
+        plot_gantts([(str(args.trace), recorder)], output, iteration=iteration)
+        print(output)
+        return
     if args.scenario is None:
         scenario = ROOT / "scenarios" / "pipeline_bert_large.yaml"
         panels = []
@@ -70,7 +91,7 @@ def draw(args: argparse.Namespace) -> None:
         panels = [run(args.scenario, args.overrides)]
         output = args.output or Path("runs") / f"gantt_{args.scenario.stem}.png"
     output.parent.mkdir(parents=True, exist_ok=True)
-    plot_gantts(panels, output)  # type: ignore[arg-type]
+    plot_gantts(panels, output, iteration=iteration)  # type: ignore[arg-type]
     print(output)
 
 

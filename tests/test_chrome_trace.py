@@ -1,9 +1,16 @@
 """The Chrome trace writer as Perfetto reads it: whole nanoseconds, no partially overlapping slices."""
 
 import math
+from pathlib import Path
+
+import pytest
 
 from simhpc.engine.recorder import TraceRecorder
-from simhpc.trace.chrome import chrome_events
+from simhpc.errors import SimhpcError
+from simhpc.report.gantt import pipeline_spans, plot_gantt
+from simhpc.runner import simulate
+from simhpc.scenario.loader import load_scenario
+from simhpc.trace.chrome import chrome_events, read_chrome_trace, write_chrome_trace
 
 
 def perfetto_ns(value_us: float) -> int:
@@ -39,3 +46,22 @@ def test_span_ends_are_kept_to_the_nanosecond():
     (event,) = [event for event in chrome_events(recorder) if event["ph"] == "X"]
     assert perfetto_ns(event["ts"]) == 1_000_000_000
     assert perfetto_ns(event["ts"]) + perfetto_ns(event["dur"]) == 2_000_000_001
+
+
+def test_a_written_trace_reads_back_as_its_spans(tmp_path):
+    """A finished run's trace.json gives back its tracks and spans (to the nanosecond), so its
+    Gantt chart is drawn without simulating again; a file that is no trace is a one-line error."""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "pipeline_bert_base.yaml"
+    recorder = simulate(load_scenario(scenario, ["workload.iterations=1"]), str(scenario)).sim.trace
+    write_chrome_trace(recorder, tmp_path / "trace.json")
+    read = read_chrome_trace(tmp_path / "trace.json")
+    original, again = pipeline_spans(recorder), pipeline_spans(read)
+    assert list(original) == list(again) and len(original) == 8
+    for device, spans in original.items():
+        assert [(s.name, s.category, s.args) for s in spans] == [(s.name, s.category, s.args) for s in again[device]]
+        assert all(abs(a.start - b.start) < 1e-9 and abs(a.end - b.end) < 1e-9 for a, b in zip(spans, again[device]))
+    plot_gantt(read, tmp_path / "gantt.png")
+    assert (tmp_path / "gantt.png").stat().st_size > 0
+    (tmp_path / "list.json").write_text('{"traceEvents": 3}')
+    with pytest.raises(SimhpcError, match="not a Chrome trace"):
+        read_chrome_trace(tmp_path / "list.json")
