@@ -22,7 +22,7 @@ from simhpc.errors import SimhpcError
 from simhpc.report.gantt import pipeline_spans, plot_gantts
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
-from simhpc.trace.chrome import read_chrome_trace
+from simhpc.trace.readers import read_chrome_trace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

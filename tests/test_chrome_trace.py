@@ -10,7 +10,8 @@ from simhpc.errors import SimhpcError
 from simhpc.report.gantt import pipeline_spans, plot_gantt
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
-from simhpc.trace.chrome import chrome_events, read_chrome_trace, write_chrome_trace
+from simhpc.trace.chrome import chrome_events, write_chrome_trace
+from simhpc.trace.readers import read_chrome_trace
 
 
 def perfetto_ns(value_us: float) -> int:

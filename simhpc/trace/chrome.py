@@ -1,5 +1,4 @@
-"""Chrome Trace Event JSON writer (opens in Perfetto and chrome://tracing), and its reader back
-into tracks and spans (:func:`read_chrome_trace`: a finished run's figures without re-simulating).
+"""Chrome Trace Event JSON writer (opens in Perfetto and chrome://tracing).
 
 Layout: one process (pid) per node/device/network, one thread (tid) per stream, lane or link;
 ``M`` events name both; ``X`` events are busy spans (``ts``/``dur`` in microseconds); ``C``
@@ -20,7 +19,6 @@ from typing import Any
 from simhpc.engine.recorder import TraceRecorder, Track
 
 _NS = 1e9
-_US_PER_S = 1e6
 
 
 def _ns(seconds: float) -> int:
@@ -141,49 +139,3 @@ def write_chrome_trace(recorder: TraceRecorder, path: str | Path, metadata: dict
     with Path(path).open("w", encoding="utf-8") as handle:
         json.dump(document, handle, separators=(",", ":"), sort_keys=False)
         handle.write("\n")
-
-
-def read_chrome_trace(path: str | Path) -> TraceRecorder:
-    """The tracks and spans of a trace simhpc wrote (``trace.json``), to draw again without
-    re-simulating (a Gantt chart of a finished run). ``X`` events become spans on the track their
-    pid/tid's ``M`` names give; counters, instants and flow arrows are left out.
-
-    Raises:
-        SimhpcError: the file is missing or not a Chrome trace.
-    """
-    from simhpc.errors import SimhpcError
-    from simhpc.jsonfile import load_json_file
-
-    source = Path(path)
-    try:
-        data = load_json_file(source, "trace", SimhpcError)
-    except FileNotFoundError:
-        raise SimhpcError(f"{source}: no such file") from None
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise SimhpcError(f"{source}: not a Chrome trace (no traceEvents list)")
-    processes: dict[Any, str] = {}
-    threads: dict[tuple[Any, Any], str] = {}
-    for event in events:
-        if isinstance(event, dict) and event.get("ph") == "M" and isinstance(event.get("args"), dict):
-            name = str(event["args"].get("name", ""))
-            if event.get("name") == "process_name":
-                processes[event.get("pid")] = name
-            elif event.get("name") == "thread_name":
-                threads[(event.get("pid"), event.get("tid"))] = name
-    recorder = TraceRecorder()
-    for event in events:
-        if not (isinstance(event, dict) and event.get("ph") == "X"):
-            continue
-        ts, dur = event.get("ts"), event.get("dur")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ts, dur)):
-            raise SimhpcError(f"{source}: an X event without numeric ts and dur ({event.get('name')!r})")
-        pid, tid = event.get("pid"), event.get("tid")
-        track = recorder.track(processes.get(pid, str(pid)), threads.get((pid, tid), str(tid)))
-        args = event.get("args")
-        try:
-            track.span(str(event.get("name", "")), ts / _US_PER_S, (ts + dur) / _US_PER_S, str(event.get("cat", "")),
-                       dict(args) if isinstance(args, dict) else None)
-        except ValueError as error:  # out of order or overlapping: not a trace simhpc wrote
-            raise SimhpcError(f"{source}: {error}") from None
-    return recorder

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simhpc.costs.opnames import classify
+from simhpc.engine.recorder import TraceRecorder
 from simhpc.errors import SimhpcError
 from simhpc.jsonfile import load_json_file
 
@@ -372,3 +373,35 @@ def read_trace(path: str | Path) -> Trace:
     """Read a Chrome Trace Event JSON file (``.json`` or ``.json.gz``); raises :class:`TraceError`."""
     path = Path(path)
     return parse_trace(_load_json(path), str(path))
+
+
+def read_chrome_trace(path: str | Path) -> TraceRecorder:
+    """The tracks and spans of a trace simhpc wrote (``trace.json``), to draw again without
+    re-simulating (a Gantt chart of a finished run). ``X`` events become spans on the track their
+    pid/tid's ``M`` names give; counters, instants and flow arrows are left out.
+
+    Raises:
+        TraceError: the file is missing, not a Chrome trace, or its spans overlap on a track.
+    """
+    source = Path(path)
+    data = _load_json(source)
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise TraceError(f"{source}: not a Chrome trace (no traceEvents list)")
+    processes, threads = _track_names(events)
+    recorder = TraceRecorder()
+    for event in events:
+        if not (isinstance(event, dict) and event.get("ph") == "X"):
+            continue
+        ts, dur = event.get("ts"), event.get("dur")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ts, dur)):
+            raise TraceError(f"{source}: an X event without numeric ts and dur ({event.get('name')!r})")
+        pid, tid = event.get("pid"), event.get("tid")
+        track = recorder.track(processes.get(pid, str(pid)), threads.get((pid, tid), str(tid)))
+        args = event.get("args")
+        try:
+            track.span(str(event.get("name", "")), ts * _US, (ts + dur) * _US, str(event.get("cat", "")),
+                       dict(args) if isinstance(args, dict) else None)
+        except ValueError as error:  # out of order or overlapping: not a trace simhpc wrote
+            raise TraceError(f"{source}: {error}") from None
+    return recorder
