@@ -54,6 +54,12 @@ _EXAMPLES = {
 }
 
 
+def huge_integer(value: int) -> str:
+    """``"an integer of about N digits"``: how a message names an integer too long to print
+    (``str()`` refuses more than 4300 digits)."""
+    return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+
+
 def _split(value: object, kind: str) -> tuple[float, str]:
     """Split ``value`` into a number and a unit string; bare numbers have unit ''."""
     if isinstance(value, bool):
@@ -62,8 +68,7 @@ def _split(value: object, kind: str) -> tuple[float, str]:
         try:
             return float(value), ""
         except OverflowError:  # an int beyond any float (YAML reads 10**400 written out as one)
-            digits = int(abs(value).bit_length() * math.log10(2)) + 1  # str() refuses > 4300 digits
-            raise UnitError(f"expected {_EXAMPLES[kind]}, got an integer of about {digits} digits") from None
+            raise UnitError(f"expected {_EXAMPLES[kind]}, got {huge_integer(value)}") from None
     if not isinstance(value, str):
         raise UnitError(f"expected {_EXAMPLES[kind]}, got {value!r}")
     match = _QUANTITY.match(value.strip())

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simhpc.units import huge_integer
+
 
 def _dotted(location: Iterable[Any]) -> str:
     return ".".join(str(part) for part in location)
@@ -50,7 +52,7 @@ _LONGEST_SHOWN = 60
 def _shown(value: Any) -> str:
     """``repr(value)``, cut to :data:`_LONGEST_SHOWN` characters with the length said."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # str() refuses 4300+
+        return huge_integer(value)
     text = repr(value)
     return text if len(text) <= _LONGEST_SHOWN else f"{text[:_LONGEST_SHOWN]}... ({len(text)} characters)"
 
