@@ -334,10 +334,10 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     if concurrent:
         notes[CONCURRENT_OPS] = concurrent
     other_dtype = getattr(model.efficiency, "other_dtype", None)
-    borrowed = sum(1 for p in predictions if p.kernel is not None and other_dtype is not None
-                   and other_dtype(p.kernel)) // steps
-    if borrowed:
-        notes[OTHER_DTYPE] = borrowed
+    if other_dtype is not None:
+        borrowed = sum(1 for p in predictions if p.kernel is not None and other_dtype(p.kernel)) // steps
+        if borrowed:
+            notes[OTHER_DTYPE] = borrowed
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
                             outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
