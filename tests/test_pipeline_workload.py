@@ -79,9 +79,11 @@ def test_prt_unidirectional_gain_on_resnet_reaches_the_paper():
 
 @pytest.mark.parametrize("direction", ["uni", "bi"])
 def test_gain_falls_as_micro_batches_grow(direction):
+    """m = 12 included: bidirectional PRT ordered by Chimera's greedy rule alone gained +0.5 % there
+    against +8.4 % at m = 16 (now +13.9 and +11.1 %)."""
     gains = [gain("pipeline_bert_large.yaml", direction, overrides=(f"workload.micro_batches={m}",))
-             for m in (8, 16, 32)]
-    assert gains[0] > gains[1] > gains[2]
+             for m in (8, 12, 16, 32)]
+    assert gains == sorted(gains, reverse=True) and gains[0] > gains[-1]
 
 
 @pytest.mark.parametrize("direction", ["uni", "bi"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from simhpc.policies.pipeline.base import PipelineSchedule
-from simhpc.policies.pipeline.greedy import grouped_queues, micro_batch_groups, queued_schedule
+from simhpc.policies.pipeline.greedy import grouped_queues, list_schedule, micro_batch_groups
 from simhpc.policies.pipeline.mapping import round_robin
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 from simhpc.registry import register
@@ -104,6 +104,11 @@ def megatron_limits(stage_device: tuple[int, ...], devices: int, group: int | No
     return limits
 
 
+def forwards_first(op: Op) -> int:
+    """Priority of a queue head: a forward before a backward (a forward waits only on its limit)."""
+    return 0 if op.kind == FORWARD else 1
+
+
 def grouped_plan(name: str, stage_device: tuple[int, ...], devices: int, micro_batches: int,
                  backward_cost: float) -> PipelinePlan:
     """Megatron's interleaved order and warm-up for ``stage_device``.
@@ -114,8 +119,9 @@ def grouped_plan(name: str, stage_device: tuple[int, ...], devices: int, micro_b
     """
     forward, backward = grouped_queues(stage_device, devices, micro_batches, group=devices)
     largest = max(len(g) for g in micro_batch_groups(micro_batches, devices))
-    return queued_schedule(name, stage_device, micro_batches, forward, backward,
-                           megatron_limits(stage_device, devices, max(largest, devices)), backward_cost)
+    limits = megatron_limits(stage_device, devices, max(largest, devices))
+    return list_schedule(name, devices, (stage_device,), (0,) * micro_batches, forwards_first,
+                         backward_cost=backward_cost, queues=[*forward, *backward], limits=[limits])
 
 
 @register("pipeline", "interleaved")

@@ -3,19 +3,17 @@
 Schedules without a closed-form op order are built by simulating the pipeline once with
 abstract costs (a forward takes 1, a backward ``backward_cost``, no communication) and
 recording the order in which each device starts its ops. The workload then runs those orders
-with the real costs. Two engines:
+with the real costs. The engine is greedy list scheduling (:func:`list_schedule`): an idle device
+starts, among *all* its ready ops, the admissible one of smallest priority key. Optional queues
+fix the order within groups of ops and leave only their interleaving to the priority: one
+forward and one backward queue per device in Megatron-LM's interleaved order
+(:func:`grouped_queues`, generalised to any stage map), forwards first, with the warm-up depth + 1
+as the activation limit, reproduce 1F1B and Megatron's schedules exactly. Without queues it orders
+Chimera, bidirectional PRT and stage maps without a natural queue order (V-shaped, custom).
 
-* :func:`queued_schedule` — every device has a fixed forward queue and a fixed backward queue
-  (Megatron-LM's interleaved order, generalised to any stage map). When idle it starts the head
-  of one queue: the forward head first if its input is there and the device holds fewer
-  in-flight micro-batch activations than its limit, else the backward head if ready. With the
-  limit equal to 1F1B's or Megatron's warm-up depth + 1 this reproduces those schedules exactly.
-* :func:`list_schedule` — greedy list scheduling: an idle device starts, among *all* its ready
-  ops, the admissible one of smallest priority key. Used for Chimera, bidirectional PRT and
-  stage maps without a natural queue order (V-shaped, custom).
-
-A forward is admissible only while the device (and, optionally, the stage) holds fewer in-flight
-activations than its limit: the knob that trades bubbles for memory, as 1F1B's warm-up does.
+A forward is admissible only while the device holds fewer of its pipeline's activations (and,
+optionally, its stage fewer in flight) than the limit: the knob that trades bubbles for memory,
+as 1F1B's warm-up does.
 """
 
 from __future__ import annotations
@@ -37,15 +35,12 @@ Duration = Callable[[Op], float]
 Delay = Callable[[Op, Op], float]
 """Dry-run delay from a producer's end to its output reaching a consumer on another device."""
 
-_UNLIMITED = float("inf")
-
-
 class ScheduleStall(RuntimeError):
     """The dry run could not progress: every device waits (in-flight limits too low)."""
 
 
 class _DryRun:
-    """Shared state of a unit-cost dry run: readiness, in-flight counts, the event heap."""
+    """Shared state of a dry run: in-flight counts, the event heap, the orders so far."""
 
     def __init__(self, stages: int, maps: list[tuple[int, ...]], pipeline_of: Sequence[int],
                  devices: int, backward_cost: float, duration: Duration | None = None) -> None:
@@ -54,9 +49,8 @@ class _DryRun:
         self.pipeline_of = pipeline_of
         unit = {FORWARD: 1.0, BACKWARD: backward_cost}
         self.duration: Duration = duration if duration is not None else (lambda op: unit[op.kind])
-        self.forward_done: set[tuple[int, int]] = set()
-        self.backward_done: set[tuple[int, int]] = set()
-        self.inflight = [0] * devices
+        self.held: dict[tuple[int, int], int] = {}
+        """Activations each (device, pipeline) holds."""
         self.stage_inflight: dict[tuple[int, int], int] = {}
         self.idle = [True] * devices
         self.orders: list[list[Op]] = [[] for _ in range(devices)]
@@ -74,16 +68,14 @@ class _DryRun:
     def key(self, op: Op) -> tuple[int, int]:
         return self.pipeline_of[op.micro_batch], op.stage
 
-    def is_ready(self, op: Op) -> bool:
-        kind, j, s = op
-        if kind == FORWARD:
-            return s == 0 or (j, s - 1) in self.forward_done
-        return (j, s) in self.forward_done and (s == self.stages - 1 or (j, s + 1) in self.backward_done)
+    def holding(self, device: int, op: Op) -> int:
+        """Activations of ``op``'s pipeline that ``device`` holds."""
+        return self.held.get((device, self.pipeline_of[op.micro_batch]), 0)
 
     def start(self, device: int, op: Op) -> None:
         self.orders[device].append(op)
         if op.kind == FORWARD:
-            self.inflight[device] += 1
+            self.held[device, self.pipeline_of[op.micro_batch]] = self.holding(device, op) + 1
             key = self.key(op)
             self.stage_inflight[key] = self.stage_inflight.get(key, 0) + 1
         self.idle[device] = False
@@ -111,11 +103,8 @@ class _DryRun:
             _, _, device, op = heapq.heappop(self.events)
             self.idle[device] = True
             finished.append(op)
-            if op.kind == FORWARD:
-                self.forward_done.add((op.micro_batch, op.stage))
-            else:
-                self.backward_done.add((op.micro_batch, op.stage))
-                self.inflight[device] -= 1
+            if op.kind == BACKWARD:
+                self.held[device, self.pipeline_of[op.micro_batch]] -= 1
                 self.stage_inflight[self.key(op)] -= 1
         return finished
 
@@ -171,65 +160,19 @@ def grouped_queues(stage_device: Sequence[int], devices: int, micro_batches: int
     return forward, backward
 
 
-def queued_schedule(
-    name: str,
-    stage_device: Sequence[int],
-    micro_batches: int,
-    forward_queues: Sequence[Sequence[Op]],
-    backward_queues: Sequence[Sequence[Op]],
-    limits: Sequence[float],
-    backward_cost: float = 2.0,
-) -> PipelinePlan:
-    """One pipeline; each device runs its two queues in order, forward first when admissible.
-
-    Args:
-        name: the schedule's name.
-        stage_device: the device of each stage.
-        micro_batches: micro-batches per iteration.
-        forward_queues: per device, its forward ops in the order they must run.
-        backward_queues: per device, its backward ops in order.
-        limits: per device, the most activations it may hold (warm-up depth + 1).
-        backward_cost: dry-run duration of a backward (a forward takes 1).
-
-    Raises:
-        ScheduleStall: if the limits make the pipeline wait forever.
-    """
-    devices = len(forward_queues)
-    run = _DryRun(len(stage_device), [tuple(stage_device)], [0] * micro_batches, devices, backward_cost)
-    heads_f = [0] * devices
-    heads_b = [0] * devices
-    remaining = sum(len(q) for q in forward_queues) + sum(len(q) for q in backward_queues)
-    while remaining:
-        for d in range(devices):
-            if not run.idle[d]:
-                continue
-            if heads_f[d] < len(forward_queues[d]) and run.inflight[d] < limits[d]:
-                op = forward_queues[d][heads_f[d]]
-                if run.is_ready(op):
-                    heads_f[d] += 1
-                    run.start(d, op)
-                    continue
-            if heads_b[d] < len(backward_queues[d]):
-                op = backward_queues[d][heads_b[d]]
-                if run.is_ready(op):
-                    heads_b[d] += 1
-                    run.start(d, op)
-        remaining -= len(run.advance(name))
-    return run.plan(name, devices, micro_batches)
-
-
 def list_schedule(
     name: str,
     devices: int,
     stage_device: Sequence[Sequence[int]],
     micro_batch_pipeline: Sequence[int],
     priority: Priority,
-    limits: Sequence[float] | None = None,
+    limits: Sequence[Sequence[float]] | None = None,
     stage_limits: Callable[[int, int], float] | None = None,
     backward_cost: float = 2.0,
     duration: Duration | None = None,
     delay: Delay | None = None,
     pipeline_limits: Sequence[float] | None = None,
+    queues: Sequence[Sequence[Op]] | None = None,
 ) -> PipelinePlan:
     """Greedy list scheduling over one or more pipelines.
 
@@ -239,7 +182,8 @@ def list_schedule(
         stage_device: per pipeline, the device of each stage.
         micro_batch_pipeline: the pipeline of each micro-batch.
         priority: sort key; the smallest admissible ready op starts first.
-        limits: per device, the most activations it may hold (default: unlimited).
+        limits: per pipeline, per device, the most activations of that pipeline the device may
+            hold (default: unlimited); Megatron's warm-up depth + 1 for its queue order.
         stage_limits: ``(pipeline, stage) -> limit`` on one stage's in-flight activations.
         backward_cost: dry-run duration of a backward (a forward takes 1), unless ``duration``.
         duration: dry-run duration of each op (default: 1 and ``backward_cost``).
@@ -251,6 +195,11 @@ def list_schedule(
             it holds back only a micro-batch's entry, never a forward of one already in flight,
             so the dry run cannot stall: a device then holds at most the sum over pipelines of
             limit x (that pipeline's stages on the device) activations.
+        queues: op sequences (each op in at most one) that must start in their order: an op of a
+            queue is ready only once every op before it in that queue has started. With one
+            forward and one backward queue per device and pipeline this merges fixed per-pipeline
+            orders (Megatron's, :func:`grouped_queues`) and leaves only their interleaving to
+            ``priority``.
 
     Raises:
         ScheduleStall: if the limits make the pipeline wait forever.
@@ -259,7 +208,6 @@ def list_schedule(
     stages = len(maps[0])
     m = len(micro_batch_pipeline)
     run = _DryRun(stages, maps, micro_batch_pipeline, devices, backward_cost, duration)
-    device_limits = list(limits) if limits is not None else [_UNLIMITED] * devices
     ready: list[list[Op]] = [[] for _ in range(devices)]
     for j in range(m):
         first = Op(FORWARD, j, 0)
@@ -278,10 +226,17 @@ def list_schedule(
         entered[q] += 1
         return True
 
+    place = {op: (number, index) for number, queue in enumerate(queues or ()) for index, op in enumerate(queue)}
+    heads = [0] * len(queues or ())
+
     def admissible(device: int, op: Op) -> bool:
+        if op in place:
+            number, index = place[op]
+            if heads[number] != index:
+                return False
         if op.kind != FORWARD:
             return True
-        if run.inflight[device] >= device_limits[device]:
+        if limits is not None and run.holding(device, op) >= limits[run.pipeline_of[op.micro_batch]][device]:
             return False
         if stage_limits is None:
             return True
@@ -306,6 +261,8 @@ def list_schedule(
                         continue
                     ready[d].remove(op)
                     run.start(d, op)
+                    if op in place:
+                        heads[place[op][0]] += 1
                     break
         finished = run.advance(name)
         remaining -= len(finished)
@@ -325,32 +282,53 @@ def list_schedule(
     return run.plan(name, devices, m)
 
 
-def profiled_order(greedy: Callable[..., PipelinePlan], profile: StageProfile | None) -> PipelinePlan:
-    """A greedy plan from a unit-cost dry run, or with ``profile`` the fastest of that one, one
-    from a dry run with the profile's op and transfer times and one with its op times alone.
+Fits = Callable[[PipelinePlan], bool]
+"""Whether a candidate plan keeps the schedule's memory bound."""
+
+
+def fastest_order(builders: Sequence[Callable[..., PipelinePlan]], profile: StageProfile | None,
+                  backward_cost: float, fits: Fits | None = None) -> PipelinePlan:
+    """The fastest of the greedy plans ``builders`` make; the first one wins a tie.
+
+    Each builder is called with no arguments (a unit-cost dry run) and, given ``profile``, also
+    with the profile's op times and transfer delays and with its op times alone
+    (:func:`list_schedule`'s ``duration`` and ``delay``). A greedy dry run does not wait: an input
+    a transfer delays by even 1e-9 of a forward makes it start another ready op, so the order
+    jumps away from the free-transfer one (Chimera at p = 12, m = 14: bubble 0.282 against its
+    formula's 0.263), hence the run without transfers. Knowing more does not always make a greedy
+    order better, hence the comparison.
 
     Args:
-        greedy: builds the plan; called with no arguments (unit costs) and with ``duration``
-            and ``delay`` keyword arguments (:func:`list_schedule`'s).
-        profile: the machine's estimated times; "faster" is the makespan :func:`plan_timing`
-            gives with them (a tie keeps the unit-cost order). Knowing the transfers lets the dry
-            run leave room for them, but a greedy order is not always better for knowing more,
-            hence the comparison.
+        builders: plan builders (:func:`list_schedule` with the schedule's arguments bound).
+        profile: the machine's estimated times; "fastest" is the makespan :func:`plan_timing`
+            gives with them, or without a profile with a forward of 1 and a backward of
+            ``backward_cost`` and free transfers.
+        backward_cost: backward / forward time of the unit-cost estimate.
+        fits: keeps only the candidates it accepts (the first builder's unit-cost plan always).
+
+    Raises:
+        ScheduleStall: if the first builder's unit-cost dry run stalls (later ones that stall are
+            skipped).
     """
-    plan = greedy()
-    if profile is None:
-        return plan
+    def estimate(plan: PipelinePlan) -> float:
+        if profile is not None:
+            return plan_timing(plan, profile.duration, profile.delay).makespan
+        return plan_timing(plan, lambda op: backward_cost if op.kind == BACKWARD else 1.0).makespan
 
-    def estimate(candidate: PipelinePlan) -> float:
-        return plan_timing(candidate, profile.duration, profile.delay).makespan
-
-    # A greedy dry run does not wait: an input a transfer delays by even 1e-9 of a forward makes
-    # it start another ready op, so the order jumps away from the free-transfer one (Chimera at
-    # p = 12, m = 14: bubble 0.282 against its formula's 0.263). The profile's op times without
-    # the transfers are therefore tried too; the estimate, with the transfers, picks.
-    best, best_time = plan, estimate(plan)
-    for candidate in (greedy(duration=profile.duration, delay=profile.delay), greedy(duration=profile.duration)):
-        time = estimate(candidate)
-        if time < best_time:
-            best, best_time = candidate, time
+    runs: tuple[dict[str, Callable], ...] = ({},)
+    if profile is not None:
+        runs = ({}, {"duration": profile.duration, "delay": profile.delay}, {"duration": profile.duration})
+    best = builders[0]()
+    best_time = estimate(best)
+    for number, builder in enumerate(builders):
+        for costs in runs[1:] if number == 0 else runs:
+            try:
+                candidate = builder(**costs)
+            except ScheduleStall:
+                continue
+            if fits is not None and not fits(candidate):
+                continue
+            time = estimate(candidate)
+            if time < best_time:
+                best, best_time = candidate, time
     return best
