@@ -76,7 +76,7 @@ import numpy as np
 from scipy import optimize
 
 from simhpc.costs.calibration_file import Calibration
-from simhpc.costs.interpolation import Curve, GemmSurface, Surfaces, curve_1d
+from simhpc.costs.interpolation import Curve, GemmSurface, Surfaces, curve_1d, grid_2d
 from simhpc.costs.kernels import (
     Attention,
     Copy,
@@ -223,6 +223,13 @@ def pool_work(window: int, outputs: int, inputs: int) -> float:
     pool: 2x2 stride 2 0.68-0.80 (this model 0.72), 3x3 stride 1 3.3-3.9 (3.53), 5x5 stride 2
     1.8-2.0 (1.90); by bytes alone 1.0, 2.29 and 1.0."""
     return outputs * (window + POOL_OUTPUT_WORK) + inputs * POOL_INPUT_WORK
+
+
+def _set_conflicts(rows: int, item_bytes: int) -> bool:
+    """Whether a transposed block's source row stride is an even number of cache lines (64 B):
+    the lines a destination row reads then fall in half the L1's sets or fewer, which the
+    calibration measures apart (up to 2.5x slower)."""
+    return (rows * item_bytes) % 128 == 0
 
 
 class CalibratedEfficiency:
@@ -380,6 +387,13 @@ class CalibratedEfficiency:
             self._curves[key] = curve_1d([p[0] for p in points], [p[1] for p in points])
             self._smallest[key] = min(p[0] for p in points)
         self._runs = sorted({int(k[1]) for k in self._curves if k[0] == "permute"})
+        blocks: dict[tuple[bool, int], list[tuple[float, float, float]]] = defaultdict(list)
+        for row in cal.rows("transpose"):
+            key = (_set_conflicts(row["rows"], dtype_bytes(row["dtype"])), row["threads"])
+            blocks[key].append((row["rows"], row["length"], row["time_s"] / row["bytes"]))
+        self._transposes = {key: grid for key, points in blocks.items() if (grid := grid_2d(points))}
+        """(set conflicts, threads) -> seconds per byte of a batched transpose over its blocks'
+        (rows, length)."""
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
         self._framework_ops = {k[1] for k in self._curves if k[0] == "framework"}
         """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
@@ -504,7 +518,9 @@ class CalibratedEfficiency:
         if amount <= 0:
             return 0.0
         if section == "permute":
-            warm = self._permute_time(int(op), dtype, working, threads)
+            warm = self._transpose_time(kernel, threads) if isinstance(kernel, Copy) else None
+            if warm is None:
+                warm = self._permute_time(int(op), dtype, working, threads)
         else:
             warm = self._curve_time(section, op, dtype, working, amount, threads)
         base = COLD_BASE.get(section)
@@ -513,6 +529,20 @@ class CalibratedEfficiency:
             if warm is not None and cold is not None:
                 return max(warm, cold)
         return warm
+
+    def _transpose_time(self, copy: Copy, threads: int) -> float | None:
+        """A copy that transposes small blocks (:attr:`Copy.rows` x :attr:`Copy.length`): the
+        measured batched transposes of that block shape (and of its kind of row stride, see
+        :func:`_set_conflicts`), no faster than streaming its bytes (a tensor larger than the
+        caches); None without a block or without such points."""
+        conflicts = _set_conflicts(copy.rows, dtype_bytes(copy.dtype))
+        blend = self._thread_blend(sorted(t for c, t in self._transposes if c == conflicts), threads)
+        if not copy.rows or not copy.length or not blend:
+            return None
+        moved = copy.bytes()
+        per_byte = sum(w * self._transposes[(conflicts, t)](copy.rows, copy.length) for t, w in blend)
+        stream = self._curve_time("bandwidth", "copy", "fp64", moved, moved, threads) or 0.0
+        return max(moved * per_byte, stream)
 
     def _permute_time(self, run: int, dtype: str, working: float, threads: int) -> float | None:
         """A layout-changing copy: the measured curves of the two nearest runs, log-log interpolated."""

@@ -13,8 +13,8 @@ A JSON object::
                  "cache_latency": {"L1D": s, ...}},
      "kernels": {"gemm": [rows], "gemm_cold": [...], "attention": [...], "recurrent": [...], "elementwise": [...],
                  "reduction": [...], "bandwidth": [...],
-                 "permute": [...], "conv": [...], "framework": [...], "latency": [...], "stencil": [...],
-                 "hash_probe": [...]}}
+                 "permute": [...], "transpose": [...], "conv": [...], "framework": [...], "latency": [...],
+                 "stencil": [...], "hash_probe": [...]}}
 
 Every row is one measured point: its shape and the median time (``time_s``, per call; per
 lookup for ``hash_probe``; ``latency_s`` per load for ``latency``) with its spread. All
@@ -22,9 +22,10 @@ quantities are SI (bytes, seconds, bytes/s, FLOP/s, Hz).
 
 Version 2 adds the ``blas`` field of GEMM rows: the library that multiplied (``numpy``: numpy's
 OpenBLAS; ``torch``: PyTorch's MKL / oneDNN). Version 1 files still load; their GEMM rows are
-``numpy`` ones. The ``permute`` (layout-changing copies, by contiguous run) and ``conv`` (torch
-convolutions as implicit GEMMs, forward and backward) sections are optional: without them such
-copies are not covered and convolutions use the GEMM points; so is ``framework`` (torch pooling
+``numpy`` ones. The ``permute`` (layout-changing copies, by contiguous run), ``transpose``
+(batched transposes, by block shape) and ``conv`` (torch convolutions as implicit GEMMs, forward
+and backward) sections are optional: without them such copies are not covered (without
+``transpose``, timed from ``permute`` alone) and convolutions use the GEMM points; so is ``framework`` (torch pooling
 and random fills, by bytes moved): without it those ops are not covered. A GEMM row may carry ``layout``
 (``nn`` when absent; ``nt``, ``tn``: operands stored transposed).
 """
@@ -70,6 +71,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "reduction": {"op": str, "dtype": str, "threads": int, "bytes": int, "time_s": float},
     "bandwidth": {"op": str, "threads": int, "bytes": int, "time_s": float},
     "permute": {"dtype": str, "threads": int, "run": int, "bytes": int, "time_s": float},
+    "transpose": {"dtype": str, "threads": int, "rows": int, "length": int, "bytes": int, "time_s": float},
     "attention": {"dtype": str, "threads": int, "batch": int, "lq": int, "lk": int, "e": int, "time_s": float},
     "recurrent": {"dtype": str, "threads": int, "length": int, "batch": int, "width": int, "hidden": int,
                   "gates": int, "time_s": float},

@@ -1,5 +1,6 @@
-"""Interpolation of measured points: 1-D curves (log-log PCHIP) and GEMM efficiency surfaces
-(thin-plate RBF or piecewise-linear over log m, n, k, batch), clamped to what was measured."""
+"""Interpolation of measured points: 1-D curves (log-log PCHIP), 2-D grids (log-log bilinear) and
+GEMM efficiency surfaces (thin-plate RBF or piecewise-linear over log m, n, k, batch), clamped to
+what was measured."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, PchipInterpolator, RBFInterpolator
+from scipy.interpolate import (
+    LinearNDInterpolator,
+    NearestNDInterpolator,
+    PchipInterpolator,
+    RBFInterpolator,
+    RegularGridInterpolator,
+)
 
 Curve = Callable[[float], float]
 
@@ -27,6 +34,28 @@ def curve_1d(xs: Iterable[float], ys: Iterable[float]) -> Curve:
     spline = PchipInterpolator(lx, ly, extrapolate=False)
     low, high = lx[0], lx[-1]
     return lambda x: float(np.exp(spline(min(max(math.log(x), low), high))))
+
+
+def grid_2d(points: Iterable[tuple[float, float, float]]) -> Callable[[float, float], float] | None:
+    """log-log bilinear interpolation of z over a full grid of measured (x, y, z), clamped to the
+    grid's range; medians of repeated points. None unless every (x, y) of the grid was measured
+    and it spans two values of each."""
+    grouped: dict[tuple[float, float], list[float]] = defaultdict(list)
+    for x, y, z in points:
+        grouped[(float(x), float(y))].append(float(z))
+    xs = sorted({x for x, _ in grouped})
+    ys = sorted({y for _, y in grouped})
+    if len(xs) < 2 or len(ys) < 2 or len(grouped) != len(xs) * len(ys):
+        return None
+    lz = np.log([[np.median(grouped[(x, y)]) for y in ys] for x in xs])
+    lx, ly = np.log(xs), np.log(ys)
+    grid = RegularGridInterpolator((lx, ly), lz)
+
+    def value(x: float, y: float) -> float:
+        at = (min(max(math.log(x), lx[0]), lx[-1]), min(max(math.log(y), ly[0]), ly[-1]))
+        return float(np.exp(grid([at])[0]))
+
+    return value
 
 
 class GemmSurface:

@@ -239,12 +239,16 @@ class Copy(Kernel):
     """Copy ``nbytes`` within one memory (read + write).
 
     ``run``: 0 for a streaming copy; else a layout-changing copy (a transpose, a permute) whose
-    source holds ``run`` elements contiguously in the destination's order.
+    source holds ``run`` elements contiguously in the destination's order. ``rows`` and
+    ``length``: a copy of run 1 that transposes blocks (a channels-last activation made
+    contiguous: ``rows`` channels by ``length`` pixels an image), 0 when not known.
     """
 
     nbytes: float = 0.0
     dtype: str = "fp32"
     run: int = 0
+    rows: int = 0
+    length: int = 0
 
     kind = "copy"
 

@@ -519,6 +519,25 @@ def _contiguous_run(shape: list[int], strides: Any) -> int:
     return total
 
 
+def _transposed_block(shape: list[int], strides: Any) -> tuple[int, int]:
+    """(rows, length) of a copy that transposes blocks: the source, in the destination's order and
+    with dimensions that stay contiguous merged, is ``[..., rows, length]`` with strides ``[...,
+    1, rows]`` (a channels-last ``[N, C, H, W]``: C rows of H x W); (0, 0) for any other layout."""
+    if not isinstance(strides, list) or len(strides) != len(shape):
+        return 0, 0
+    dims: list[tuple[int, int]] = []
+    for size, stride in zip(shape, strides):
+        if size == 1:
+            continue
+        if dims and dims[-1][1] == stride * size:
+            dims[-1] = (dims[-1][0] * size, stride)
+        else:
+            dims.append((size, stride))
+    if len(dims) < 2 or dims[-2][1] != 1 or dims[-1][1] != dims[-2][0]:
+        return 0, 0
+    return dims[-2][0], dims[-1][0]
+
+
 def _allocates(child: str) -> bool:
     """Whether a child op only allocates, reshapes or fills memory (does no computation)."""
     return base_name(child) in HELPERS or classify(child, "cpu_op") == "view"
@@ -626,6 +645,8 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)
         if run < _numel(source):  # the source is not read in order: a transpose or permute
             size = dtype_bytes(_dtype(tensors[-1][1]))
-            return OpKernel(Copy(nbytes=_numel(source) * size, dtype=_dtype(tensors[0][1]), run=run))
+            rows, length = _transposed_block(source, strides[1]) if run == 1 else (0, 0)
+            return OpKernel(Copy(nbytes=_numel(source) * size, dtype=_dtype(tensors[0][1]), run=run,
+                                 rows=rows, length=length))
     zeroed = any(base_name(child) in ("zero", "fill") for child in child_names)
     return _elementwise(op, tensors, concrete, zeroed_by_child=zeroed)

@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 20
+SUITE_VERSION = 21
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -167,6 +167,12 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
             for size in permute.QUICK_TENSOR_BYTES if quick else permute.TENSOR_BYTES:
                 call = partial(permute.measure_permute, run, size, t, budget)
                 tasks.append(Task("permute", f"permute copy {t}t run {run} {size} B", call))
+    blocks = permute.QUICK_TRANSPOSES if quick else [
+        (rows, length) for rows in permute.TRANSPOSE_ROWS for length in permute.TRANSPOSE_LENGTHS]
+    for t in threads:
+        for rows, length in blocks:
+            call = partial(permute.measure_transpose, rows, length, t, budget)
+            tasks.append(Task("transpose", f"transpose copy {t}t {rows} x {length} blocks", call))
     for t in threads:
         call = partial(pages.measure_first_touch, t, budget)
         tasks.append(Task("first_touch", f"first touch {t}t {pages.FIRST_TOUCH_BYTES} B", call))
