@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -353,7 +354,17 @@ def test_elementwise_and_reduction() -> None:
     shapes, types = [[64, 32, 32, 32], [64, 32, 32, 32], []], ["float", "float", "Scalar"]
     channels_last = [[32768, 1024, 32, 1], [32768, 1, 1024, 32], []]
     result = kernel_for("aten::copy_", "elementwise", shapes, types, [], False, channels_last)
-    assert result.kernel == Copy(nbytes=64 * 32 * 32 * 32 * 4, dtype="fp32", run=1)
+    assert result.kernel == Copy(nbytes=64 * 32 * 32 * 32 * 4, dtype="fp32", run=1, rows=32, length=32 * 32)
+    # a 2-D transpose is one block; a permute that is not a batched transpose has none
+    transposed = kernel_for("aten::copy_", "elementwise", [[10, 4096], [10, 4096], []], types, [], False,
+                            [[4096, 1], [1, 10], []]).kernel
+    assert (transposed.rows, transposed.length) == (10, 4096)
+    rotated = kernel_for("aten::copy_", "elementwise", [[2, 3, 4], [2, 3, 4], []], types, [], False,
+                         [[12, 4, 1], [1, 8, 2], []]).kernel
+    assert (rotated.run, rotated.rows, rotated.length) == (1, 2, 12)
+    scattered = kernel_for("aten::copy_", "elementwise", [[2, 3, 4], [2, 3, 4], []], types, [], False,
+                           [[12, 4, 1], [1, 2, 6], []]).kernel  # all three dimensions reversed
+    assert (scattered.run, scattered.rows, scattered.length) == (1, 0, 0)
     # merging attention heads, [B, H, S, D] <- [B, S, H, D]: runs of D = 64 elements
     heads = [[16, 4, 128, 64], [16, 4, 128, 64], []]
     split = [[32768, 8192, 64, 1], [32768, 64, 256, 1], []]
@@ -632,14 +643,14 @@ MACHINES = {  # reference machine -> (its captures, the calibration taken right 
     "xeon-spr": (CAPTURES / "xeon-spr", ROOT / "validation" / "calibration" / "xeon-spr.json"),
 }
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    ("xeon", "cnn_t1"): (-4.0, 28.1),
-    ("xeon", "cnn_t2"): (-5.7, 26.2),
-    ("xeon", "mlp_t1"): (-6.0, 7.3),
-    ("xeon", "mlp_t2"): (-4.1, 7.5),
-    ("xeon", "transformer_flash_t1"): (-3.5, 8.5),
-    ("xeon", "transformer_flash_t2"): (0.3, 6.6),
-    ("xeon", "transformer_t1"): (-5.7, 8.8),
-    ("xeon", "transformer_t2"): (-6.5, 7.5),
+    ("xeon", "cnn_t1"): (-7.5, 31.4),
+    ("xeon", "cnn_t2"): (-7.3, 27.2),
+    ("xeon", "mlp_t1"): (-9.6, 11.3),
+    ("xeon", "mlp_t2"): (0.3, 6.3),
+    ("xeon", "transformer_flash_t1"): (-8.9, 11.0),
+    ("xeon", "transformer_flash_t2"): (-5.3, 11.2),
+    ("xeon", "transformer_t1"): (-9.2, 12.0),
+    ("xeon", "transformer_t2"): (-11.2, 9.2),
     ("epyc-zen3", "cnn_t1"): (0.3, 18.9),
     ("epyc-zen3", "cnn_t2"): (3.5, 19.4),
     ("epyc-zen3", "mlp_t1"): (0.5, 3.7),
@@ -732,8 +743,8 @@ _TINY = ("the classifier's three 0.05-0.25 ms products: what they pay over the c
          "between the steps of one capture and between captures (the state the VM's caches and the BLAS are left "
          "in), more than a charge by the bytes and products that ran before them can follow")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
-    ("xeon", "cnn_t1"): "GEMM MAPE 28 %: " + _TINY,
-    ("xeon", "cnn_t2"): "GEMM MAPE 26 %: " + _TINY,
+    ("xeon", "cnn_t1"): "GEMM MAPE 31 %: " + _TINY,
+    ("xeon", "cnn_t2"): "GEMM MAPE 27 %: " + _TINY,
     ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen2", "cnn_t2"): "GEMM MAPE 15.8 %: " + _TINY,
@@ -824,11 +835,18 @@ def test_captures_from_two_processes_align_by_thread_order(tmp_path: Path) -> No
     """torch names a thread by its OS id (``thread 22693 (python)``); the same program captured by
     another process aligns with it, with no difference, and a trace naming nothing alike is flagged."""
     import gzip
-    text = gzip.decompress(_capture("mlp_t1").read_bytes()).decode()
-    (pid,) = {e["pid"] for e in json.loads(text)["traceEvents"] if e.get("name") == "process_name"
+    trace = json.loads(gzip.decompress(_capture("mlp_t1").read_bytes()))
+    (pid,) = {e["pid"] for e in trace["traceEvents"] if e.get("name") == "process_name"
               and e["args"]["name"] == "python"}
+    for event in trace["traceEvents"]:  # the main thread's id is the process's
+        for key in ("pid", "tid"):
+            if str(event.get(key)) == str(pid):
+                event[key] = 99999
+        if event.get("ph") == "M":
+            event["args"] = {k: re.sub(rf"\b{pid}\b", "99999", v) if isinstance(v, str) else v
+                             for k, v in event["args"].items()}
     other = tmp_path / "other.json"
-    other.write_text(text.replace(str(pid), "99999"))
+    other.write_text(json.dumps(trace))
     runner = CliRunner()
     data = json.loads(runner.invoke(main, ["compare", str(_capture("mlp_t1")), "--against", str(other),
                                            "--json"]).stdout)
