@@ -820,6 +820,12 @@ def test_calibrate_quick_writes_a_valid_file(tmp_path: Path) -> None:
     )
     assert cal.host.fingerprint() == detect_host().fingerprint()
     assert all(row["time_s"] > 0 and row["spread_s"] >= 0 for row in cal.rows("gemm"))
+    # its batched transposes time a channels-last copy by its block, unlike the one-block points
+    model = CalibratedEfficiency(cal)
+    block, whole = Copy(nbytes=4 << 20, run=1, rows=64, length=256), Copy(nbytes=4 << 20, run=1)
+    data = {**cal.data, "kernels": {k: v for k, v in cal.data["kernels"].items() if k != "transpose"}}
+    without = CalibratedEfficiency(tmp_calibration(tmp_path / "without.json", data))
+    assert model.host_time(block, 1) != model.host_time(whole, 1) == without.host_time(block, 1)
     if detect_host().cores > 1 and len(os.sched_getaffinity(0)) > 1:  # the cores' round trip, start and end
         trips = [cal.data["probes"][name] for name in ("peer round trip", "peer round trip at the end")]
         # the fastest trip is the hardware's; the slowest may include a preemption on a loaded host

@@ -42,7 +42,8 @@ TRANSPOSE_BYTES = 1 << 22
 """The batched transposes: destination rows and row lengths of a block, and the tensor's size (4
 MiB: a CNN's activations; a larger tensor streams through the caches and is bounded by the copy
 curve, see :meth:`~simhpc.costs.calibration.CalibratedEfficiency.stream_time`)."""
-QUICK_TRANSPOSES = ((64, 256),)
+QUICK_TRANSPOSES = tuple((rows, length) for rows in (12, 48, 64, 256) for length in (64, 256))
+"""The quick profile's: two by two blocks of either kind of row stride (the grids need both)."""
 MIDDLE = 32
 """Size of the swapped middle dimension (channels, heads)."""
 
