@@ -136,7 +136,7 @@ class Calibration:
     def effective_cache_bytes(self) -> float:
         """The largest working set the pointer chase read at under half the DRAM latency: what
         this host's caches hold for one program (the EPYC guests' 8 MiB of a 16-32 MiB L3; the
-        Xeon guest's 16 MiB of the 480 MiB socket L3 it reports). The last-level cache's size
+        Xeon guest's 16-64 MiB of the 480 MiB socket L3 it reports). The last-level cache's size
         without latency points."""
         latency = self.derived["memory_latency"]
         held = [row["bytes"] for row in self.rows("latency") if row["latency_s"] < latency / 2]
