@@ -25,8 +25,6 @@ and their conflicts made such copies up to 2.5x as slow as ones of 24, 48 or 80 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from .gemm import torch_available, torch_threads
@@ -48,38 +46,29 @@ MIDDLE = 32
 """Size of the swapped middle dimension (channels, heads)."""
 
 
-def _copier(src: np.ndarray, dst: np.ndarray) -> tuple[str, Callable[[], object]]:
+def _timed_copy(src: np.ndarray, axes: tuple[int, ...], threads: int, budget: Budget) -> tuple[str, dict]:
+    """Time ``src`` permuted by ``axes`` copied into a contiguous tensor (torch's ``copy_`` on
+    ``threads`` threads, else numpy's ``copyto``): the library and the measurement's fields."""
     if torch_available():
         import torch
 
-        source, target = torch.from_numpy(src).clone().permute(1, 0, 2), torch.empty(dst.shape)  # torch's allocator
-        return "torch", lambda: target.copy_(source)
-    view = src.transpose(1, 0, 2)
-    return "numpy", lambda: np.copyto(dst, view)
+        source = torch.from_numpy(src).clone().permute(*axes)  # torch's allocator
+        target = torch.empty(source.shape)
+        with torch_threads(threads):
+            return "torch", measure_python(lambda: target.copy_(source), budget).row()
+    view = src.transpose(*axes)
+    dst = np.empty(view.shape, dtype=src.dtype)
+    return "numpy", measure_python(lambda: np.copyto(dst, view), budget).row()
 
 
 def measure_permute(run: int, tensor_bytes: int, threads: int, budget: Budget) -> dict:
     """Copy a ``(rows, 32, run)`` fp32 tensor of ``tensor_bytes`` into ``(32, rows, run)``; a record."""
     rows = max(1, tensor_bytes // (4 * MIDDLE * run))
     src = np.random.default_rng(2).standard_normal((rows, MIDDLE, run)).astype(np.float32)
-    dst = np.empty((MIDDLE, rows, run), dtype=np.float32)
-    library, call = _copier(src, dst)
-    if library == "torch":
-        with torch_threads(threads):
-            result = measure_python(call, budget)
-    else:
-        result = measure_python(call, budget)
+    library, result = _timed_copy(src, (1, 0, 2), threads, budget)
     moved = 2 * src.nbytes
-    return {
-        "library": library,
-        "dtype": "fp32",
-        "threads": threads,
-        "run": run,
-        "rows": rows,
-        "bytes": moved,
-        **result.row(),
-        "bytes_per_s": moved / result.median_s,
-    }
+    return {"library": library, "dtype": "fp32", "threads": threads, "run": run, "rows": rows, "bytes": moved,
+            **result, "bytes_per_s": moved / result["time_s"]}
 
 
 def measure_transpose(rows: int, length: int, threads: int, budget: Budget) -> dict:
@@ -87,27 +76,7 @@ def measure_transpose(rows: int, length: int, threads: int, budget: Budget) -> d
     length)``: ``batch`` transposes of a ``rows`` x ``length`` block (the destination's shape); a record."""
     batch = max(1, TRANSPOSE_BYTES // (4 * rows * length))
     src = np.random.default_rng(3).standard_normal((batch, length, rows)).astype(np.float32)
-    dst = np.empty((batch, rows, length), dtype=np.float32)
-    if torch_available():
-        import torch
-
-        source, target = torch.from_numpy(src).clone().permute(0, 2, 1), torch.empty(dst.shape)
-        library = "torch"
-        with torch_threads(threads):
-            result = measure_python(lambda: target.copy_(source), budget)
-    else:
-        view = src.transpose(0, 2, 1)
-        library = "numpy"
-        result = measure_python(lambda: np.copyto(dst, view), budget)
+    library, result = _timed_copy(src, (0, 2, 1), threads, budget)
     moved = 2 * src.nbytes
-    return {
-        "library": library,
-        "dtype": "fp32",
-        "threads": threads,
-        "rows": rows,
-        "length": length,
-        "batch": batch,
-        "bytes": moved,
-        **result.row(),
-        "bytes_per_s": moved / result.median_s,
-    }
+    return {"library": library, "dtype": "fp32", "threads": threads, "rows": rows, "length": length,
+            "batch": batch, "bytes": moved, **result, "bytes_per_s": moved / result["time_s"]}
