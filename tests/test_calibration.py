@@ -27,6 +27,7 @@ from simhpc.costs.calibration_file import (
     write_calibration,
 )
 from simhpc.costs.calibration_merge import merge_calibrations
+from simhpc.costs.interpolation import GemmSurface, grid_2d
 from simhpc.costs.kernels import (
     Attention,
     Copy,
@@ -268,6 +269,31 @@ def test_interpolation_between_points(cal_path: Path) -> None:
     assert model.duration(huge, cpu, 1) == pytest.approx(huge.bytes() / 12e9, rel=1e-3)
 
 
+@pytest.mark.parametrize("method", ["linear", "rbf"])
+def test_surfaces_of_points_on_a_hyperplane_interpolate_in_it(method: str) -> None:
+    """Grouped convolutions' points all have k = 9 n (a 3-D hyperplane of the 4-D features), on which
+    scipy's Delaunay triangulation fails: the surface interpolates in the points' own axes."""
+    def fraction(m: int, n: int, groups: int) -> float:
+        return 0.01 * n ** 0.5 * (m / 4096) ** 0.1 / groups ** 0.05
+
+    rows = [{"m": m, "n": n, "k": 9 * n, "batch": groups,
+             "time_s": 2.0 * m * n * 9 * n * groups / (fraction(m, n, groups) * 1e12)}
+            for m in (4096, 16384, 65536) for n, groups in ((1, 32), (1, 128), (8, 8), (16, 4), (32, 2), (4, 32))]
+    surface = GemmSurface(rows, 1e12, method, 0.0)
+    for row in rows:  # exact at the measured points (the thin-plate spline without smoothing too)
+        assert surface.fraction(row["m"], row["n"], row["k"], row["batch"]) == pytest.approx(
+            fraction(row["m"], row["n"], row["batch"]), rel=1e-6)
+    assert fraction(8192, 1, 32) < surface.fraction(8192, 8, 72, 8) < fraction(65536, 32, 2)
+
+
+def test_grid_interpolation_is_log_log_bilinear_and_clamped() -> None:
+    grid = grid_2d([(x, y, x * y**2) for x in (1, 4) for y in (2, 8)])
+    assert grid is not None
+    assert grid(2, 4) == pytest.approx(2 * 4**2, rel=1e-9)  # a power law is linear in logs
+    assert grid(100, 0.5) == pytest.approx(4 * 2**2, rel=1e-9)
+    assert grid_2d([(1, 2, 1.0), (4, 2, 2.0), (1, 8, 3.0)]) is None  # (4, 8) missing
+
+
 def _transpose_rate(rows: int, length: int) -> float:
     """Bytes/s of the synthetic batched transposes: slower as a block's rows or length grow, and
     half as fast where the source row stride is an even number of cache lines (set conflicts)."""
@@ -414,6 +440,16 @@ def test_convolution_gradients_and_strides_have_their_own_points(cal_path: Path)
     assert grouped.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
     plain = Gemm(dtype="fp32", m=16384, n=64, k=288, conv="forward")
     assert grouped.gemm_fraction(plain, 1) == pytest.approx(0.2, rel=1e-6)
+    # wider groups (suite 21) join the depthwise points: 4 groups of 16 channels run at their own rate
+    wide = [{"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "groups": groups, "m": m,
+             "n": n, "k": 9 * n, "passes": 1, "time_s": 2.0 * m * n * 9 * n * groups / (0.15 * t * CLOCK * 16 * 4)}
+            for t in (1, 4) for m in (4096, 65536) for groups, n in ((2, 16), (4, 16), (8, 8))]
+    widened = CalibratedEfficiency(tmp_calibration(cal_path.parent / "wide.json", {
+        **data, "kernels": {**data["kernels"], "conv": data["kernels"]["conv"] + wide}}), gemm_method="linear")
+    four_groups = Gemm(dtype="fp32", m=4096, n=16, k=144, batch=4, conv="forward", groups=4)
+    assert widened.gemm_fraction(four_groups, 1) == pytest.approx(0.15, rel=1e-6)
+    assert grouped.gemm_fraction(four_groups, 1) == pytest.approx(0.01, rel=1e-6)  # depthwise's, 15x too slow
+    assert widened.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
     # 1-D depthwise points (a one-high image) are their own class: a 2-D kernel keeps the 2-D rate
     data["kernels"]["conv"] += [
         {"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "groups": 64, "m": m, "n": 1, "k": 5,

@@ -75,18 +75,28 @@ class GemmSurface:
         # Dimensions that never vary (no batched points) would make the problem degenerate.
         self.varying = [i for i in range(points.shape[1]) if np.ptp(points[:, i]) > 0]
         used = points[:, self.varying]
+        # So would points on a hyperplane (a grouped convolution's k is 9 n): interpolate in its
+        # own coordinates (principal axes), where the points span every dimension.
+        self.axes: tuple[np.ndarray, np.ndarray] | None = None
+        if len(self.varying) > 1:
+            centre = used.mean(axis=0)
+            _, singular, directions = np.linalg.svd(used - centre, full_matrices=False)
+            rank = int(np.sum(singular > 1e-9 * max(singular[0], 1.0)))
+            if rank < len(self.varying):
+                self.axes = (centre, directions[:rank])
+                used = self._project(used)
         self._cache: dict[tuple[int, int, int, int], float] = {}
         self.line: tuple[np.ndarray, np.ndarray] | None = None
         """Points varying along one dimension at most: piecewise-linear along it (scipy's
         N-D interpolators need two), clamped at its ends; none: their mean."""
-        if len(self.varying) <= 1:
+        if used.shape[1] <= 1 or len(self.varying) <= 1:
             order = np.argsort(used[:, 0], kind="stable") if self.varying else np.arange(len(values))
             xs = used[order, 0] if self.varying else np.zeros(1)
             ys = values[order] if self.varying else np.array([values.mean()])
             self.line = (xs, ys)
             self.nearest = self.linear = self.rbf = None
             return
-        enough = len(rows) > len(self.varying) + 2
+        enough = len(rows) > used.shape[1] + 2
         self.nearest = NearestNDInterpolator(used, values)
         self.linear = LinearNDInterpolator(used, values) if enough and method == "linear" else None
         self.rbf = (
@@ -95,6 +105,13 @@ class GemmSurface:
             else None
         )
 
+    def _project(self, points: np.ndarray) -> np.ndarray:
+        """``points`` (in the varying dimensions) in the principal axes of the measured ones."""
+        if self.axes is None:
+            return points
+        centre, directions = self.axes
+        return (points - centre) @ directions.T
+
     @staticmethod
     def features(m: int, n: int, k: int, batch: int) -> tuple[float, float, float, float]:
         return (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)), math.log2(max(batch, 1)))
@@ -102,7 +119,7 @@ class GemmSurface:
     def fraction(self, m: int, n: int, k: int, batch: int) -> float:
         key = (m, n, k, batch)
         if key not in self._cache:
-            point = np.array([self.features(m, n, k, batch)])[:, self.varying]
+            point = self._project(np.array([self.features(m, n, k, batch)])[:, self.varying])
             value = math.nan
             if self.line is not None:
                 xs, ys = self.line

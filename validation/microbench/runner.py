@@ -88,10 +88,12 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
-            for shape in conv.depthwise_shapes(quick):
+            for batch, channels, size, dims, groups in conv.grouped_shapes(quick):
+                kind, shape = ("depthwise", (batch, channels, size, dims)) if groups == channels else (
+                    "grouped", (batch, channels, size, groups))
                 for direction in conv.PASSES:
-                    call = partial(conv.measure_depthwise, *shape, direction, t, budget)
-                    tasks.append(Task("conv", f"conv depthwise {direction} {t}t {'x'.join(map(str, shape))}", call))
+                    call = partial(conv.measure_grouped, batch, channels, size, dims, groups, direction, t, budget)
+                    tasks.append(Task("conv", f"conv {kind} {direction} {t}t {'x'.join(map(str, shape))}", call))
     if attention.available():
         for t in threads:
             for heads, length, e in attention.shapes(quick):
