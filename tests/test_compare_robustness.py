@@ -17,7 +17,14 @@ from simhpc.costs.calibration_file import CalibrationError, host_specs, load_cal
 from simhpc.costs.kernels import Recurrent
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import kernel_for
-from simhpc.trace.compare import CONCURRENT_OPS, OTHER_DTYPE, compare_trace, concurrent_ops, traced_kernel
+from simhpc.trace.compare import (
+    CONCURRENT_OPS,
+    OTHER_DTYPE,
+    UNEVEN_STEPS,
+    compare_trace,
+    concurrent_ops,
+    traced_kernel,
+)
 from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
 from simhpc.trace.thread_count import infer_threads
 
@@ -180,6 +187,22 @@ def test_ops_of_concurrent_threads_are_noted(tmp_path: Path) -> None:
                          _op("aten::mm", 200, 10, tid=1)], "turns")
     assert concurrent_ops(turns) == 0
     assert _compare(tmp_path, forked, "--json")["notes"] == {CONCURRENT_OPS: 3}
+
+
+def test_steps_that_slow_down_are_noted(tmp_path: Path) -> None:
+    """A capture whose steps took from 1 to 3 ms (a profiler holding tensors, a machine slowing down)
+    says so; steps within twice the fastest do not."""
+    def steps(durations: list[float]) -> list[dict]:
+        events, start = [], 0.0
+        for i, duration in enumerate(durations):
+            events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": start,
+                        "dur": duration, "pid": 1, "tid": 1}, _op("aten::mm", start + 1, duration - 2)]
+            start += duration
+        return events
+
+    assert _compare(tmp_path, steps([1000, 1900, 3100, 1000]), "--json")["notes"] == {UNEVEN_STEPS: 1}
+    assert _compare(tmp_path, steps([1000, 1900, 1500]), "--json")["notes"] == {}
+    assert f"note: 2 {UNEVEN_STEPS}" in " ".join(_compare(tmp_path, steps([1000, 2500, 3000])).output.split())
 
 
 def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:

@@ -333,6 +333,9 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     concurrent = concurrent_ops(trace)
     if concurrent:
         notes[CONCURRENT_OPS] = concurrent
+    uneven = uneven_steps(trace)
+    if uneven:
+        notes[UNEVEN_STEPS] = uneven
     other_dtype = getattr(model.efficiency, "other_dtype", None)
     if other_dtype is not None:
         borrowed = sum(1 for p in predictions if p.kernel is not None and other_dtype(p.kernel)) // steps
@@ -398,6 +401,21 @@ def outermost(trace: Trace, op: OpRecord) -> bool:
 OTHER_DTYPE = ("ops a step timed from another dtype's points of their op, by bytes (no points of their own "
                "dtype, e.g. bf16 pooling: a 16-bit loop can be several times slower per byte)")
 """The :attr:`Comparison.notes` key counting such ops."""
+
+
+UNEVEN_STEPS = ("profiled steps that took over twice the fastest one: the ops ran slower as the capture went "
+                "on (record_shapes=True keeping tensors alive, whose successors then write fresh pages, or the "
+                "machine's speed changing); the median step is compared")
+"""The :attr:`Comparison.notes` key counting such steps."""
+SLOW_STEP_RATIO = 2.0
+
+
+def uneven_steps(trace: Trace) -> int:
+    """How many profiler steps took over :data:`SLOW_STEP_RATIO` times the fastest one."""
+    if not trace.steps:
+        return 0
+    fastest = min(step.duration for step in trace.steps)
+    return sum(1 for step in trace.steps if step.duration > SLOW_STEP_RATIO * fastest)
 
 
 CONCURRENT_OPS = ("top-level ops that ran while an op of another thread ran (torch.jit.fork, inter-op "
