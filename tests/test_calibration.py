@@ -450,6 +450,18 @@ def test_convolution_gradients_and_strides_have_their_own_points(cal_path: Path)
     assert widened.gemm_fraction(four_groups, 1) == pytest.approx(0.15, rel=1e-6)
     assert grouped.gemm_fraction(four_groups, 1) == pytest.approx(0.01, rel=1e-6)  # depthwise's, 15x too slow
     assert widened.gemm_fraction(depthwise, 1) == pytest.approx(0.01, rel=1e-6)
+    # 1x1 convolutions (suite 21, rows with one tap) are their own class; 3x3 ones never use them
+    ones = [{"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "m": m, "n": n, "k": k, "taps": 1,
+             "passes": 1, "time_s": 2.0 * m * n * k / (0.3 * t * CLOCK * 16 * 4)}
+            for t in (1, 4) for m in (4096, 65536) for n in (32, 128) for k in (64, 256)]
+    pointwise = CalibratedEfficiency(tmp_calibration(cal_path.parent / "ones.json", {
+        **data, "kernels": {**data["kernels"], "conv": data["kernels"]["conv"] + ones}}), gemm_method="linear")
+    one_tap = Gemm(dtype="fp32", m=16384, n=64, k=128, conv="forward", pointwise=True)
+    assert pointwise.gemm_fraction(one_tap, 1) == pytest.approx(0.3, rel=1e-6)
+    assert pointwise.gemm_fraction(plain, 1) == pytest.approx(0.2, rel=1e-6)
+    assert grouped.gemm_fraction(one_tap, 1) == pytest.approx(0.2, rel=1e-6)  # without them: the 3x3 points
+    assert kernel_for("aten::convolution", "conv", [[8, 64, 16, 16], [32, 64, 1, 1], []], ["float", "float", ""],
+                      [], False).kernel.pointwise
     # 1-D depthwise points (a one-high image) are their own class: a 2-D kernel keeps the 2-D rate
     data["kernels"]["conv"] += [
         {"dtype": "fp32", "threads": t, "direction": "forward", "stride": 1, "groups": 64, "m": m, "n": 1, "k": 5,

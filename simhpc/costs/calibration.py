@@ -281,7 +281,7 @@ class CalibratedEfficiency:
         """Fused-attention surfaces, forward (False) and backward (True)."""
         self._recurrent: dict[bool, Surfaces] = defaultdict(dict)
         """Recurrent-layer surfaces (oneDNN's LSTM), forward (False) and backward (True)."""
-        self._conv: dict[tuple[str, bool, bool, bool], Surfaces] = defaultdict(dict)
+        self._conv: dict[tuple[str, bool, bool, bool, bool], Surfaces] = defaultdict(dict)
         """Convolution surfaces by pass, whether the convolution is strided, grouped and 1-D."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
@@ -303,14 +303,14 @@ class CalibratedEfficiency:
             self._gemm[layout][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
-        convs: dict[tuple[str, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        convs: dict[tuple[str, bool, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
             groups = row.get("groups", 1)
             key = (row["direction"], row.get("stride", 1) > 1, groups > 1, is_line(row.get("image", ())),
-                   row["dtype"], row["threads"])
+                   row.get("taps") == 1, row["dtype"], row["threads"])
             convs[key].append({**row, "batch": row["passes"] * groups})
-        for (direction, strided, grouped, line, dtype, threads), rows in sorted(convs.items()):
-            self._conv[(direction, strided, grouped, line)][(dtype, threads)] = GemmSurface(
+        for (direction, strided, grouped, line, pointwise, dtype, threads), rows in sorted(convs.items()):
+            self._conv[(direction, strided, grouped, line, pointwise)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.gemm_method, self.smoothing
             )
         fused: dict[tuple[bool, str, int], list[dict[str, Any]]] = defaultdict(list)
@@ -423,8 +423,8 @@ class CalibratedEfficiency:
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension); a
         batched one with interleaved operands those of its layout and interleaving first. A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
-        grouped (depthwise) or not, 1-D or not and strided or not like the kernel (else the
-        nearest class's: grouping first, then dimensionality), else the GEMM points; a
+        grouped (depthwise) or not, 1x1 or not, 1-D or not and strided or not like the kernel
+        (else the nearest class's: grouping first, then the kernel's size, then dimensionality), else the GEMM points; a
         one-gradient pass without points of its own uses those of a two-gradient ``backward``
         (older calibrations), and a two-gradient backward with one-gradient points takes the
         time of both passes. The kernel's own dtype's points come first (16-bit products on a
@@ -442,7 +442,8 @@ class CalibratedEfficiency:
         if kernel.conv:
             strided, grouped = kernel.stride > 1, kernel.groups > 1
             passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)
-            candidates[:0] = [self._conv.get((p, s, g, line), {}) for g in (grouped, not grouped)
+            candidates[:0] = [self._conv.get((p, s, g, line, one), {}) for g in (grouped, not grouped)
+                              for one in (kernel.pointwise, not kernel.pointwise)
                               for line in (kernel.line, not kernel.line) for p in passes
                               for s in (strided, not strided)]
         return self._blended_fraction(candidates, kernel.dtype, threads, (kernel.m, kernel.n, kernel.k, kernel.batch))

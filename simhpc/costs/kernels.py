@@ -63,7 +63,8 @@ class Gemm(Kernel):
 
     ``line``: a 1-D convolution (one spatial extent, or an image one pixel high under a kernel
     one tap high), whose kernels differ from 2-D ones of the same m, n, k (a depthwise 1x5 weight
-    gradient ran 8x slower here than a 3x3 one of the same size).
+    gradient ran 8x slower here than a 3x3 one of the same size). ``pointwise``: a convolution
+    with a kernel of one tap (1x1), which oneDNN runs as other kernels than wider ones.
 
     ``interleaved``: which operands of a batched product are views whose matrices interleave in
     memory (``"a"``, ``"b"``, ``"ab"``): the heads of a multi-head attention, sliced out of one
@@ -86,6 +87,7 @@ class Gemm(Kernel):
     stride: int = 1
     groups: int = 1
     line: bool = False
+    pointwise: bool = False
     interleaved: str = ""
 
     def __post_init__(self) -> None:

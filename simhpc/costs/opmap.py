@@ -286,7 +286,7 @@ def _conv(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any]) ->
     k = w[1] * math.prod(w[2:])
     passes = 2 if direction == "backward" else 1
     return OpKernel(Gemm(dtype=_dtype(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction,
-                         stride=max(stride), groups=groups, line=is_line(x, w)))
+                         stride=max(stride), groups=groups, line=is_line(x, w), pointwise=math.prod(w[2:]) == 1))
 
 
 def is_line(image: Sequence[int], weight: Sequence[int] = ()) -> bool:

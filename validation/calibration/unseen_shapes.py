@@ -7,12 +7,12 @@ traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm cac
   shapes the batched transposes (suite 21) were not measured at (other channel counts, image
   sizes and batches): predicted from the ``transpose`` points by the copy's block (C rows of
   H x W), and from the ``permute`` curve of run 1 by the tensor's size alone, as before suite 21.
-- ``grouped``: 3x3 convolutions with 2 to 32 groups and depthwise ones, forward and backward
-  (both gradients), at shapes the grouped points (suite 21) were not measured at; with
-  ``--without`` another calibration's predictions beside (one without grouped points).
+- ``convs``: convolutions of the kinds suite 21 added points for, at shapes it did not measure:
+  3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, and 1x1 (pointwise), forward and backward (both
+  gradients); with ``--without`` another calibration's predictions beside (one without those points).
 
     .venv/bin/python validation/calibration/unseen_shapes.py copies [--calibration FILE] [--threads 1,2]
-    .venv/bin/python validation/calibration/unseen_shapes.py grouped [--calibration FILE] [--without FILE]
+    .venv/bin/python validation/calibration/unseen_shapes.py convs [--calibration FILE] [--without FILE]
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ COPIES = ((64, 64, 16), (64, 32, 32), (64, 128, 8), (64, 16, 32), (16, 64, 16), 
           (32, 96, 28), (32, 192, 14), (32, 384, 7), (64, 80, 16), (64, 64, 15), (64, 24, 32))
 """(N, C, H = W) of the copies: a small CNN's, ResNet's at 224 px (batch 32), and channel counts that
 are not powers of two (48, 96, 192, 384, 80, 24) or odd image sizes."""
-GROUPED = ((32, 64, 32, 4), (32, 64, 32, 8), (32, 128, 16, 4), (32, 128, 16, 2), (16, 256, 14, 32),
-           (32, 96, 16, 3), (32, 64, 16, 16), (16, 128, 28, 8), (32, 64, 16, 64), (16, 256, 14, 256),
-           (64, 96, 8, 96))
-"""(N, C, H = W, groups) of the grouped convolutions, as many channels out as in."""
+CONVS = ((32, 64, 64, 32, 4, 3), (32, 64, 64, 32, 8, 3), (32, 128, 128, 16, 4, 3), (32, 128, 128, 16, 2, 3),
+         (16, 256, 256, 14, 32, 3), (32, 96, 96, 16, 3, 3), (32, 64, 64, 16, 16, 3), (16, 128, 128, 28, 8, 3),
+         (32, 64, 64, 16, 64, 3), (16, 256, 256, 14, 256, 3), (64, 96, 96, 8, 96, 3), (32, 64, 64, 16, 64, 7),
+         (16, 128, 128, 14, 128, 7), (32, 48, 48, 28, 48, 7), (32, 128, 64, 16, 1, 1), (16, 64, 128, 32, 1, 1),
+         (32, 256, 128, 14, 1, 1), (32, 96, 384, 14, 1, 1), (64, 512, 128, 7, 1, 1))
+"""(N, C_in, C_out, H = W, groups, kernel side) of the convolutions: grouped 3x3, depthwise 3x3 and
+7x7, and 1x1."""
 FLOAT = "float"
 
 
@@ -69,28 +72,30 @@ def _copies() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None
                traced, Copy(nbytes=traced.nbytes, run=1))
 
 
-def _grouped() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None]]:
-    """(label, call, traced kernel, None) of both passes of every grouped convolution."""
-    for n, c, side, groups in GROUPED:
-        x, w, g = torch.randn(n, c, side, side), torch.randn(c, c // groups, 3, 3), torch.randn(n, c, side, side)
-        args = ["[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", str(groups)]
-        image, weight = [n, c, side, side], [c, c // groups, 3, 3]
+def _convs() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None]]:
+    """(label, call, traced kernel, None) of both passes of every convolution."""
+    for n, cin, cout, side, groups, kernel in CONVS:
+        pad = kernel // 2
+        x, w = torch.randn(n, cin, side, side), torch.randn(cout, cin // groups, kernel, kernel)
+        g = torch.randn(n, cout, side, side)
+        args = ["[1, 1]", f"[{pad}, {pad}]", "[1, 1]", "False", "[0, 0]", str(groups)]
+        image, weight, out = [n, cin, side, side], [cout, cin // groups, kernel, kernel], [n, cout, side, side]
         forward = kernel_for("aten::convolution", "conv", [image, weight, []], [FLOAT, FLOAT, ""],
                              ["", "", "", *args], False).kernel
-        backward = kernel_for("aten::convolution_backward", "conv", [image, image, weight, []],
+        backward = kernel_for("aten::convolution_backward", "conv", [out, image, weight, []],
                               [FLOAT, FLOAT, FLOAT, ""], ["", "", "", "", *args, "[True, True, False]"], False).kernel
-        label = f"N{n} C{c} HW{side * side} groups {groups}"
-        yield (f"{label} forward", lambda x=x, w=w, groups=groups: torch.ops.aten.convolution(
-            x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], groups), forward, None)
-        yield (f"{label} backward", lambda x=x, w=w, g=g, groups=groups: torch.ops.aten.convolution_backward(
-            g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], groups, [True, True, False]), backward, None)
+        label = f"N{n} C{cin}>{cout} HW{side * side} {kernel}x{kernel} g{groups}"
+        yield (f"{label} fwd", lambda x=x, w=w, groups=groups, pad=pad: torch.ops.aten.convolution(
+            x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], groups), forward, None)
+        yield (f"{label} bwd", lambda x=x, w=w, g=g, groups=groups, pad=pad: torch.ops.aten.convolution_backward(
+            g, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], groups, [True, True, False]), backward, None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("family", choices=("copies", "grouped"))
+    parser.add_argument("family", choices=("copies", "convs"))
     parser.add_argument("--calibration", type=Path, default=None)
-    parser.add_argument("--without", type=Path, default=None, help="grouped: a calibration to predict beside")
+    parser.add_argument("--without", type=Path, default=None, help="convs: a calibration to predict beside")
     parser.add_argument("--threads", default="1,2")
     args = parser.parse_args()
     cal = load_calibration(args.calibration or default_calibration())
@@ -103,7 +108,7 @@ def main() -> None:
     errors: dict[str, list[float]] = {name: [] for name in models}
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
-        for label, call, traced, unblocked in (_copies() if args.family == "copies" else _grouped()):
+        for label, call, traced, unblocked in (_copies() if args.family == "copies" else _convs()):
             measured = _median_s(call)
             line = f"{threads}t {label:34s} {measured * 1e3:8.3f} ms"
             for name, model in models.items():

@@ -2,8 +2,9 @@
 
 A convolution is not a BLAS call: oneDNN's direct and Winograd kernels reach other fractions of
 peak than ``torch.mm`` on the same implicit-GEMM dimensions, and its two gradients others again.
-Each point is a 3x3 convolution (padding 1) of a batch of square images, timed in one of three
-passes: ``forward`` (``aten::convolution``), ``backward_input`` and ``backward_weight``
+Each point is a 3x3 convolution (padding 1; 1x1 ones in ``POINTWISE``, grouped and depthwise ones
+below) of a batch of square images, timed in one of three passes: ``forward``
+(``aten::convolution``), ``backward_input`` and ``backward_weight``
 (``aten::convolution_backward`` with ``output_mask`` asking for that gradient alone: oneDNN
 runs each gradient as its own primitive, and a network's first convolution never computes the
 input gradient, which for 3 input channels costs 2-3x the weight gradient here). Each record
@@ -40,6 +41,15 @@ DEPTHWISE_2D = ((64, 32, 8), (64, 32, 32), (64, 128, 16))
 """Depthwise 3x3 convolutions (MobileNet, ConvNeXt blocks): (batch, channels, image side)."""
 DEPTHWISE_1D = ((32, 64, 512), (32, 64, 2048))
 """Depthwise width-5 1-D convolutions (sequence mixing): (batch, channels, length)."""
+DEPTHWISE_7X7 = ((16, 64, 32), (32, 96, 16), (64, 32, 8))
+"""Depthwise 7x7 convolutions (ConvNeXt blocks): (batch, channels, image side). oneDNN's backward of
+one ran 3-4x slower than the 3x3 points extrapolated to 49 taps say here, its forward 2x faster."""
+POINTWISE = ((32, 64, 128, 16), (32, 128, 64, 16), (32, 64, 256, 8), (32, 256, 64, 8), (32, 256, 256, 8),
+             (32, 32, 64, 32), (32, 128, 128, 16))
+"""1x1 convolutions (bottleneck blocks, a depthwise block's pointwise layers): (batch, in channels,
+out channels, image side), stride 1. oneDNN runs them as other kernels than the 3x3 ones of the
+same implicit-GEMM dimensions (here, 1 thread, 128 -> 64 channels on 32 x 16 x 16: forward 1.4 ms
+and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2)."""
 GROUPED_2D = ((32, 64, 16, 2), (32, 64, 16, 4), (32, 64, 16, 8), (32, 128, 16, 32), (32, 32, 32, 4))
 """Grouped 3x3 convolutions wider than depthwise (ResNeXt, RegNet): (batch, channels, image side,
 groups), as many output channels as input ones: 32, 16, 8, 4 and 8 channels a group. oneDNN runs
@@ -93,14 +103,21 @@ def available() -> bool:
     return torch_available()
 
 
+def pointwise_shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]]:
+    """(batch, in channels, out channels, image size, stride) of every measured 1x1 convolution."""
+    return [] if quick else [(*shape, 1) for shape in POINTWISE]
+
+
 def measure_conv(
-    batch: int, cin: int, cout: int, size: int, stride: int, direction: str, threads: int, budget: Budget
+    batch: int, cin: int, cout: int, size: int, stride: int, direction: str, threads: int, budget: Budget,
+    kernel: int = 3,
 ) -> dict:
-    """Time one pass (one of ``PASSES``) of a 3x3 convolution; a record."""
+    """Time one pass (one of ``PASSES``) of a ``kernel`` x ``kernel`` convolution (3x3 or 1x1,
+    padding keeping the size at stride 1); a record, with its ``taps`` (k_h x k_w)."""
     out = (size - 1) // stride + 1
-    x, w = _operands([batch, cin, size, size], [cout, cin, 3, 3])
-    return _record(_passes(x, w, stride, 1)[direction], direction, threads, budget, batch * out * out, cout, cin * 9,
-                   image=[batch, cin, size, size], stride=stride)
+    x, w = _operands([batch, cin, size, size], [cout, cin, kernel, kernel])
+    return _record(_passes(x, w, stride, kernel // 2)[direction], direction, threads, budget, batch * out * out, cout,
+                   cin * kernel * kernel, image=[batch, cin, size, size], stride=stride, taps=kernel * kernel)
 
 
 def _record(call: Callable[[], object], direction: str, threads: int, budget: Budget, m: int, n: int, k: int,
@@ -125,24 +142,26 @@ def _record(call: Callable[[], object], direction: str, threads: int, budget: Bu
     }
 
 
-def grouped_shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]]:
-    """(batch, channels, spatial size, spatial dims, groups) of every measured grouped convolution:
-    the depthwise ones (groups = channels), then the wider groups."""
+def grouped_shapes(quick: bool = False) -> list[tuple[int, int, int, int, int, int]]:
+    """(batch, channels, spatial size, spatial dims, groups, kernel side) of every measured grouped
+    convolution: the depthwise ones (groups = channels; 3x3 and 7x7, width 5 in 1-D), then the
+    wider groups (3x3)."""
     if quick:
         return []
-    return ([(*shape, 2, shape[1]) for shape in DEPTHWISE_2D] + [(*shape, 1, shape[1]) for shape in DEPTHWISE_1D]
-            + [(batch, channels, size, 2, groups) for batch, channels, size, groups in GROUPED_2D])
+    return ([(*shape, 2, shape[1], 3) for shape in DEPTHWISE_2D] + [(*shape, 1, shape[1], 5) for shape in DEPTHWISE_1D]
+            + [(*shape, 2, shape[1], 7) for shape in DEPTHWISE_7X7]
+            + [(batch, channels, size, 2, groups, 3) for batch, channels, size, groups in GROUPED_2D])
 
 
-def measure_grouped(batch: int, channels: int, size: int, dims: int, groups: int, direction: str, threads: int,
-                    budget: Budget) -> dict:
-    """Time one pass of a grouped convolution of ``channels`` in and out (3x3 in 2-D, width 5 in
-    1-D, stride 1, same padding; depthwise with ``groups`` = channels); a record with the per-group
-    implicit-GEMM dimensions ``m = N x spatial``, ``n = channels / groups``, ``k = n x`` the kernel's
-    taps, and ``groups``."""
-    taps = [3, 3] if dims == 2 else [5]
+def measure_grouped(batch: int, channels: int, size: int, dims: int, groups: int, kernel: int, direction: str,
+                    threads: int, budget: Budget) -> dict:
+    """Time one pass of a grouped convolution of ``channels`` in and out (a ``kernel``-wide kernel in
+    each of ``dims`` dimensions, stride 1, same padding; depthwise with ``groups`` = channels); a
+    record with the per-group implicit-GEMM dimensions ``m = N x spatial``, ``n = channels /
+    groups``, ``k = n x`` the kernel's ``taps``, and ``groups``."""
+    taps = [kernel] * dims
     per_group = channels // groups
     x, w = _operands([batch, channels, *[size] * dims], [channels, per_group, *taps])
-    return _record(_passes(x, w, 1, taps[0] // 2, groups)[direction], direction, threads, budget,
+    return _record(_passes(x, w, 1, kernel // 2, groups)[direction], direction, threads, budget,
                    batch * size**dims, per_group, per_group * math.prod(taps), groups,
-                   image=[batch, channels, *[size] * dims], stride=1)
+                   image=[batch, channels, *[size] * dims], stride=1, taps=math.prod(taps))

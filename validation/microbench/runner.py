@@ -88,11 +88,18 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
-            for batch, channels, size, dims, groups in conv.grouped_shapes(quick):
+            for shape in conv.pointwise_shapes(quick):
+                for direction in conv.PASSES:
+                    call = partial(conv.measure_conv, *shape, direction, t, budget, kernel=1)
+                    tasks.append(Task("conv", f"conv pointwise {direction} {t}t {'x'.join(map(str, shape))}", call))
+            for batch, channels, size, dims, groups, kernel in conv.grouped_shapes(quick):
                 kind, shape = ("depthwise", (batch, channels, size, dims)) if groups == channels else (
                     "grouped", (batch, channels, size, groups))
+                if kernel == 7:
+                    kind, shape = "depthwise 7x7", shape[:3]
                 for direction in conv.PASSES:
-                    call = partial(conv.measure_grouped, batch, channels, size, dims, groups, direction, t, budget)
+                    call = partial(conv.measure_grouped, batch, channels, size, dims, groups, kernel, direction, t,
+                                   budget)
                     tasks.append(Task("conv", f"conv {kind} {direction} {t}t {'x'.join(map(str, shape))}", call))
     if attention.available():
         for t in threads:

@@ -11,7 +11,7 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
-``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224,lenet,gru`` captures the extra models
+``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224,lenet,gru,resnetish_cl,grouped`` captures the extra models
 (``EXTRA_MODELS``), whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast;
 ``cnn224``: ImageNet-sized activations, written into freshly mapped memory every step).
 
@@ -199,9 +199,30 @@ def gru() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], C
     return _Recurrent(nn.GRU, 1000, 64, 128, 4), lambda: (x, y), nn.functional.cross_entropy
 
 
+def resnetish_cl() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: ``resnetish`` in channels-last memory format (model and input), whose
+    profiled steps slow down under ``record_shapes=True`` (validation/README.md)."""
+    model, batch, loss = resnetish()
+    x, y = batch()
+    x = x.contiguous(memory_format=torch.channels_last)
+    return model.to(memory_format=torch.channels_last), lambda: (x, y), loss
+
+
+def grouped() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a 4x4 stride-4 stem, a depthwise 7x7 and pointwise block (ConvNeXt-like)
+    and a 3x3 convolution in 8 groups (ResNeXt-like), on 32 x 3 x 128 x 128 images, 10-way head."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 4, stride=4), nn.Conv2d(64, 64, 7, padding=3, groups=64), nn.GELU(), nn.Conv2d(64, 128, 1),
+        nn.GELU(), nn.Conv2d(128, 64, 1), nn.Conv2d(64, 64, 3, padding=1, groups=8), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    )
+    x, y = torch.randn(32, 3, 128, 128), torch.randint(0, 10, (32,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
 EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16,
-                "cnn224": cnn224, "lenet": lenet, "gru": gru}
+                "cnn224": cnn224, "lenet": lenet, "gru": gru, "resnetish_cl": resnetish_cl, "grouped": grouped}
 """Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 
