@@ -536,9 +536,11 @@ class CalibratedEfficiency:
         measured batched transposes of that block shape (and of its kind of row stride, see
         :func:`_set_conflicts`), no faster than streaming its bytes (a tensor larger than the
         caches); None without a block or without such points."""
+        if not copy.rows or not copy.length:
+            return None
         conflicts = _set_conflicts(copy.rows, dtype_bytes(copy.dtype))
         blend = self._thread_blend(sorted(t for c, t in self._transposes if c == conflicts), threads)
-        if not copy.rows or not copy.length or not blend:
+        if not blend:
             return None
         moved = copy.bytes()
         per_byte = sum(w * self._transposes[(conflicts, t)](copy.rows, copy.length) for t, w in blend)
