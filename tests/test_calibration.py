@@ -1098,6 +1098,26 @@ def test_traced_pointwise_ops_use_the_frameworks_own_points() -> None:
     assert torch_model.duration(foreach, cpu, 1) == pytest.approx(torch_model.duration(gelu, cpu, 1))
 
 
+def test_traced_logical_reductions_use_the_frameworks_own_points() -> None:
+    """A traced ``all`` over a bool mask is timed from torch's ``all`` points (a tenth of a streamed
+    sum's rate here); other reductions, and any with numpy's points, keep the C kernels' curves."""
+    data = synthetic()
+    data["kernels"]["gemm"] += [dict(row, blas="torch") for row in data["kernels"]["gemm"]]
+    rate = 2e9
+    data["kernels"]["framework"] += [{"op": "all", "dtype": "int8", "threads": t, "bytes": size,
+                                      "time_s": size / rate} for t in (1, 4) for size in (1 << 14, 1 << 22)]
+    cal = validate(data, "cal.json")
+    cpu, _ = host_specs(cal)
+    torch_model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="warm"))
+    numpy_model = CostModel(CalibratedEfficiency(cal, blas="numpy", cache="warm"))
+    traced = kernel_for("aten::all", "reduction", [[16, 4, 128, 128]], ["bool"], [], False).kernel
+    assert traced == Reduction(dtype="int8", n=16 * 4 * 128 * 128, outputs=1, op="all")
+    assert torch_model.duration(traced, cpu, 1) == pytest.approx(traced.bytes() / rate, rel=1e-6)
+    assert numpy_model.duration(traced, cpu, 1) < traced.bytes() / rate / 2
+    total = Reduction(dtype="int8", n=traced.n, outputs=1, op="sum")
+    assert torch_model.duration(total, cpu, 1) == pytest.approx(numpy_model.duration(total, cpu, 1))
+
+
 def test_log_softmax_is_timed_from_the_softmax_points() -> None:
     """Without points of its own, a log-softmax (and its gradient) takes the measured rate of
     torch's softmax, whose passes it shares, not the C kernels' exponential."""

@@ -479,6 +479,8 @@ class CalibratedEfficiency:
             op = _OP_CURVE.get(per_tensor.removesuffix("_"), "add")
             return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Reduction):
+            if framework and self.blas == "torch" and kernel.op in self._framework_ops:
+                return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
             op = "max" if kernel.op.removesuffix("_") in MAX_OPS else "sum"
             return "reduction", op, kernel.dtype, kernel.bytes(), kernel.bytes()
         if isinstance(kernel, Copy):

@@ -133,6 +133,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.POINTWISE_BYTES:
                     call = partial(framework.measure_pointwise, op, nbytes, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
+            for op in framework.LOGICAL:
+                for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.POINTWISE_BYTES:
+                    call = partial(framework.measure_logical, op, nbytes, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
             for op in framework.INDEXED:
                 for count in framework.INDEXED_COUNTS[:1] if quick else framework.INDEXED_COUNTS:
                     call = partial(framework.measure_indexed, op, count, t, budget)
