@@ -8,8 +8,9 @@ traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm cac
   sizes and batches): predicted from the ``transpose`` points by the copy's block (C rows of
   H x W), and from the ``permute`` curve of run 1 by the tensor's size alone, as before suite 21.
 - ``convs``: convolutions of the kinds suite 21 added points for, at shapes it did not measure:
-  3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, and 1x1 (pointwise), forward and backward (both
-  gradients); with ``--without`` another calibration's predictions beside (one without those points).
+  3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, 1x1 (pointwise), and 3x3 in bf16, forward and
+  backward (both gradients); with ``--without`` another calibration's predictions beside (one
+  without those points).
 
     .venv/bin/python validation/calibration/unseen_shapes.py copies [--calibration FILE] [--threads 1,2]
     .venv/bin/python validation/calibration/unseen_shapes.py convs [--calibration FILE] [--without FILE]
@@ -43,6 +44,10 @@ CONVS = ((32, 64, 64, 32, 4, 3), (32, 64, 64, 32, 8, 3), (32, 128, 128, 16, 4, 3
          (32, 256, 128, 14, 1, 1), (32, 96, 384, 14, 1, 1), (64, 512, 128, 7, 1, 1))
 """(N, C_in, C_out, H = W, groups, kernel side) of the convolutions: grouped 3x3, depthwise 3x3 and
 7x7, and 1x1."""
+HALF_CONVS = ((32, 64, 64, 32, 1, 3), (32, 128, 128, 16, 1, 3), (64, 32, 64, 32, 1, 3), (32, 256, 256, 8, 1, 3),
+              (16, 64, 64, 56, 1, 3), (32, 3, 64, 56, 1, 3))
+"""The same, in bf16 (``torch.autocast``'s convolutions)."""
+TYPES = {"fp32": ("float", torch.float32), "bf16": ("c10::BFloat16", torch.bfloat16)}
 FLOAT = "float"
 
 
@@ -74,17 +79,24 @@ def _copies() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None
 
 def _convs() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None]]:
     """(label, call, traced kernel, None) of both passes of every convolution."""
-    for n, cin, cout, side, groups, kernel in CONVS:
+    for dtype, shapes in (("fp32", CONVS), ("bf16", HALF_CONVS)):
+        yield from _conv_passes(dtype, shapes)
+
+
+def _conv_passes(dtype: str, shapes: tuple[tuple[int, ...], ...]) -> Iterator[
+        tuple[str, Callable[[], object], Kernel, Kernel | None]]:
+    traced_type, kind = TYPES[dtype]
+    for n, cin, cout, side, groups, kernel in shapes:
         pad = kernel // 2
-        x, w = torch.randn(n, cin, side, side), torch.randn(cout, cin // groups, kernel, kernel)
-        g = torch.randn(n, cout, side, side)
+        x, w = torch.randn(n, cin, side, side).to(kind), torch.randn(cout, cin // groups, kernel, kernel).to(kind)
+        g = torch.randn(n, cout, side, side).to(kind)
         args = ["[1, 1]", f"[{pad}, {pad}]", "[1, 1]", "False", "[0, 0]", str(groups)]
         image, weight, out = [n, cin, side, side], [cout, cin // groups, kernel, kernel], [n, cout, side, side]
-        forward = kernel_for("aten::convolution", "conv", [image, weight, []], [FLOAT, FLOAT, ""],
+        forward = kernel_for("aten::convolution", "conv", [image, weight, []], [traced_type] * 2 + [""],
                              ["", "", "", *args], False).kernel
         backward = kernel_for("aten::convolution_backward", "conv", [out, image, weight, []],
-                              [FLOAT, FLOAT, FLOAT, ""], ["", "", "", "", *args, "[True, True, False]"], False).kernel
-        label = f"N{n} C{cin}>{cout} HW{side * side} {kernel}x{kernel} g{groups}"
+                              [traced_type] * 3 + [""], ["", "", "", "", *args, "[True, True, False]"], False).kernel
+        label = f"{dtype} N{n} C{cin}>{cout} HW{side * side} {kernel}x{kernel} g{groups}"
         yield (f"{label} fwd", lambda x=x, w=w, groups=groups, pad=pad: torch.ops.aten.convolution(
             x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], groups), forward, None)
         yield (f"{label} bwd", lambda x=x, w=w, g=g, groups=groups, pad=pad: torch.ops.aten.convolution_backward(

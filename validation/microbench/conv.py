@@ -50,6 +50,13 @@ POINTWISE = ((32, 64, 128, 16), (32, 128, 64, 16), (32, 64, 256, 8), (32, 256, 6
 out channels, image side), stride 1. oneDNN runs them as other kernels than the 3x3 ones of the
 same implicit-GEMM dimensions (here, 1 thread, 128 -> 64 channels on 32 x 16 x 16: forward 1.4 ms
 and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2)."""
+HALF_SHAPES = ((32, 3, 32, 32, 1), (32, 32, 32, 32, 1), (32, 32, 128, 16, 1), (32, 128, 32, 16, 1),
+               (32, 128, 128, 16, 1), (32, 128, 128, 8, 1), (32, 64, 128, 32, 2))
+"""bf16 3x3 convolutions, measured where the CPU has native bf16 (``torch.autocast`` runs a CNN's
+convolutions in bf16): (batch, in channels, out channels, image size, stride). oneDNN's bf16
+convolutions (AMX here) reach neither the fp32 convolutions' rate nor the bf16 products': 128 -> 128
+channels on 32 x 16 x 16 images took 3.2 ms at 1 thread, where the products' points gave 1.5 ms and
+the fp32 convolution 16 ms."""
 GROUPED_2D = ((32, 64, 16, 2), (32, 64, 16, 4), (32, 64, 16, 8), (32, 128, 16, 32), (32, 32, 32, 4))
 """Grouped 3x3 convolutions wider than depthwise (ResNeXt, RegNet): (batch, channels, image side,
 groups), as many output channels as input ones: 32, 16, 8, 4 and 8 channels a group. oneDNN runs
@@ -83,7 +90,7 @@ def _passes(x: Any, w: Any, stride: int, padding: int, groups: int = 1) -> dict[
     dims = x.dim() - 2
     conv = partial(torch.ops.aten.convolution, x, w, None, [stride] * dims, [padding] * dims, [1] * dims, False,
                    [0] * dims, groups)
-    grad = torch.randn(conv().shape, generator=torch.Generator().manual_seed(4))
+    grad = torch.randn(conv().shape, generator=torch.Generator().manual_seed(4)).to(x.dtype)
     passes: dict[str, Callable[[], object]] = {"forward": conv}
     for name, mask in _MASKS.items():
         passes[name] = partial(torch.ops.aten.convolution_backward, grad, x, w, None, [stride] * dims,
@@ -91,16 +98,23 @@ def _passes(x: Any, w: Any, stride: int, padding: int, groups: int = 1) -> dict[
     return passes
 
 
-def _operands(shape: list[int], weight: list[int]) -> tuple[Any, Any]:
+def _operands(shape: list[int], weight: list[int], dtype: str = "fp32") -> tuple[Any, Any]:
     import torch
 
     generator = torch.Generator().manual_seed(3)
-    return torch.randn(*shape, generator=generator), torch.randn(*weight, generator=generator)
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    return (torch.randn(*shape, generator=generator).to(kind), torch.randn(*weight, generator=generator).to(kind))
 
 
 def available() -> bool:
     """Whether convolutions can be measured here (torch importable)."""
     return torch_available()
+
+
+def half_shapes(quick: bool = False, native: bool = False) -> list[tuple[int, int, int, int, int]]:
+    """(batch, in channels, out channels, image size, stride) of the bf16 convolutions: none unless
+    the CPU computes bf16 natively."""
+    return list(HALF_SHAPES) if native and not quick else []
 
 
 def pointwise_shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]]:
@@ -110,25 +124,27 @@ def pointwise_shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]
 
 def measure_conv(
     batch: int, cin: int, cout: int, size: int, stride: int, direction: str, threads: int, budget: Budget,
-    kernel: int = 3,
+    kernel: int = 3, dtype: str = "fp32",
 ) -> dict:
     """Time one pass (one of ``PASSES``) of a ``kernel`` x ``kernel`` convolution (3x3 or 1x1,
-    padding keeping the size at stride 1); a record, with its ``taps`` (k_h x k_w)."""
+    padding keeping the size at stride 1) in ``dtype`` (fp32 or bf16); a record, with its ``taps``
+    (k_h x k_w)."""
     out = (size - 1) // stride + 1
-    x, w = _operands([batch, cin, size, size], [cout, cin, kernel, kernel])
+    x, w = _operands([batch, cin, size, size], [cout, cin, kernel, kernel], dtype)
     return _record(_passes(x, w, stride, kernel // 2)[direction], direction, threads, budget, batch * out * out, cout,
-                   cin * kernel * kernel, image=[batch, cin, size, size], stride=stride, taps=kernel * kernel)
+                   cin * kernel * kernel, dtype=dtype, image=[batch, cin, size, size], stride=stride,
+                   taps=kernel * kernel)
 
 
 def _record(call: Callable[[], object], direction: str, threads: int, budget: Budget, m: int, n: int, k: int,
-            groups: int = 1, **identity: Any) -> dict:
+            groups: int = 1, dtype: str = "fp32", **identity: Any) -> dict:
     """Time one pass on ``threads`` torch threads; its record (``m``, ``n``, ``k`` per group)."""
     with torch_threads(threads):
         result = measure_python(call, budget)
     grouping = {"groups": groups} if groups > 1 else {}
     return {
         "library": "torch",
-        "dtype": "fp32",
+        "dtype": dtype,
         "threads": threads,
         "direction": direction,
         "m": m,

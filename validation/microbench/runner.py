@@ -88,6 +88,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget)
                     tasks.append(Task("conv", f"conv {direction} {t}t {'x'.join(map(str, shape))}", call))
+            for shape in conv.half_shapes(quick, "bf16" in native_half):
+                for direction in conv.PASSES:
+                    call = partial(conv.measure_conv, *shape, direction, t, budget, dtype="bf16")
+                    tasks.append(Task("conv", f"conv bf16 {direction} {t}t {'x'.join(map(str, shape))}", call))
             for shape in conv.pointwise_shapes(quick):
                 for direction in conv.PASSES:
                     call = partial(conv.measure_conv, *shape, direction, t, budget, kernel=1)
