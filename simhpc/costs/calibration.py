@@ -282,7 +282,7 @@ class CalibratedEfficiency:
         self._recurrent: dict[bool, Surfaces] = defaultdict(dict)
         """Recurrent-layer surfaces (oneDNN's LSTM), forward (False) and backward (True)."""
         self._conv: dict[tuple[str, bool, bool, bool, bool], Surfaces] = defaultdict(dict)
-        """Convolution surfaces by pass, whether the convolution is strided, grouped and 1-D."""
+        """Convolution surfaces by pass, whether the convolution is strided, grouped, 1-D and 1x1."""
         self._curves: dict[tuple[str, ...], Curve] = {}
         self._smallest: dict[tuple[str, ...], float] = {}
         self._build()
@@ -424,12 +424,12 @@ class CalibratedEfficiency:
         batched one with interleaved operands those of its layout and interleaving first. A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
         grouped (depthwise) or not, 1x1 or not, 1-D or not and strided or not like the kernel
-        (else the nearest class's: grouping first, then the kernel's size, then dimensionality), else the GEMM points; a
-        one-gradient pass without points of its own uses those of a two-gradient ``backward``
-        (older calibrations), and a two-gradient backward with one-gradient points takes the
-        time of both passes. The kernel's own dtype's points come first (16-bit products on a
-        CPU without 16-bit arithmetic run 10-50x below fp32 here), in its layout if measured
-        there, else ``nn``; a dtype never measured uses fp32's.
+        (else the nearest class's: grouping first, then the kernel's size, then dimensionality),
+        else the GEMM points; a one-gradient pass without points of its own uses those of a
+        two-gradient ``backward`` (older calibrations), and a two-gradient backward with
+        one-gradient points takes the time of both passes. The kernel's own dtype's points come
+        first (16-bit products on a CPU without 16-bit arithmetic run 10-50x below fp32 here), in
+        its layout if measured there, else ``nn``; a dtype never measured uses fp32's.
         """
         if kernel.conv == "backward" and not self._measured("backward") and all(map(self._measured, ONE_GRADIENT)):
             halves = [replace(kernel, conv=part, batch=max(1, kernel.batch // 2)) for part in ONE_GRADIENT]

@@ -73,9 +73,9 @@ POINTWISE = {  # op: its tensor arguments (x; or grad and x)
 }
 """ATen pointwise ops measured, with their tensor-argument count."""
 POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
+"""Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 LOGICAL = ("all", "any")
 """ATen's logical reductions measured, over bool tensors of ``POINTWISE_BYTES``."""
-"""Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 SOFTMAX_ROW = 128
 NORMS = ("native_batch_norm", "native_batch_norm_backward")
 NORM_SHAPES = ((64, 16, 8, 8), (64, 32, 16, 16), (64, 64, 32, 32))

@@ -97,10 +97,12 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                     call = partial(conv.measure_conv, *shape, direction, t, budget, kernel=1)
                     tasks.append(Task("conv", f"conv pointwise {direction} {t}t {'x'.join(map(str, shape))}", call))
             for batch, channels, size, dims, groups, kernel in conv.grouped_shapes(quick):
-                kind, shape = ("depthwise", (batch, channels, size, dims)) if groups == channels else (
-                    "grouped", (batch, channels, size, groups))
-                if kernel == 7:
-                    kind, shape = "depthwise 7x7", shape[:3]
+                if groups < channels:
+                    kind, shape = "grouped", (batch, channels, size, groups)
+                elif kernel == 7:
+                    kind, shape = "depthwise 7x7", (batch, channels, size)
+                else:
+                    kind, shape = "depthwise", (batch, channels, size, dims)
                 for direction in conv.PASSES:
                     call = partial(conv.measure_grouped, batch, channels, size, dims, groups, kernel, direction, t,
                                    budget)
