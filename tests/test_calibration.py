@@ -1296,6 +1296,38 @@ def test_cold_products_pay_the_fitted_cold_call_time(cal_path: Path) -> None:
     assert cold.cold_operands_s(dataclasses.replace(product, conv="forward"), 1) == 0.0
 
 
+def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: Path) -> None:
+    """``gemm_cold`` rows with ``after`` (a product timed right after a flush and one of another
+    layout) stay out of the cold-call fit and give the part of its constant that is the layout's
+    kernels: a product whose layout's kernels are cold pays that part even when the constant's
+    remainder is warm, and the whole constant when both are cold."""
+    from simhpc.costs.calibration import cold_product_fits, path_constants
+
+    data = json.loads(cal_path.read_text())
+    rows = []
+    for m, n, k in ((32, 32, 32), (64, 10, 4096), (512, 512, 16)):
+        moved = 4.0 * (m * k + k * n + m * n)
+        rows.append({"blas": "numpy", "dtype": "fp32", "threads": 1, "batch": 1, "m": m, "n": n, "k": k,
+                     "layout": "nn", "cache": "cold", "warm_s": 1e-3, "time_s": 1e-3 + 50e-6 + moved / 20e9})
+    after = [{"blas": "numpy", "dtype": "fp32", "threads": 1, "batch": 1, "m": 32, "n": 16, "k": 256,
+              "layout": layout, "after": first, "cache": "cold", "warm_s": 4e-6, "time_s": 4e-6 + extra}
+             for (first, layout), extra in zip((("nt", "nn"), ("nn", "tn"), ("nt", "tn")), (8e-6, 12e-6, 20e-6))]
+    assert cold_product_fits(rows + after, "numpy") == cold_product_fits(rows, "numpy")
+    assert path_constants(rows + after, "numpy") == {1: pytest.approx(12e-6)}
+    assert path_constants(rows, "numpy") == {}
+    data["kernels"]["gemm_cold"] = rows + after
+    efficiency = CalibratedEfficiency(validate(data, "cold.json"), cache="cold")
+    product = Gemm(dtype="fp32", m=2048, n=2048, k=2048)  # slower than the synthetic file's dispatch floor
+    warm = efficiency.product_in_step_s(product, 1, 0.0, 0.0, 0.0)
+    assert warm > efficiency.dispatch_floor(1)
+    assert efficiency.product_in_step_s(product, 1, 0.0, 0.0, 1.0) == pytest.approx(warm + 12e-6)
+    assert efficiency.product_in_step_s(product, 1, 1.0, 0.0, 0.0) == pytest.approx(warm + 50e-6)
+    assert efficiency.product_in_step_s(product, 1, 0.5, 0.0, 1.0) == pytest.approx(warm + 19e-6 + 12e-6)
+    data["kernels"]["gemm_cold"] = rows
+    without = CalibratedEfficiency(validate(data, "cold.json"), cache="cold")
+    assert without.product_in_step_s(product, 1, 0.0, 0.0, 1.0) == pytest.approx(warm)
+
+
 def test_cold_products_pay_at_most_one_dram_pass_over_their_bytes(cal_path: Path) -> None:
     """A fit whose bytes cost more than streaming them from DRAM (after a 128 MiB flush, a VM's
     page walks too) charges them at the roofline's DRAM bandwidth: 50 us + bytes / 12 GB/s here."""

@@ -29,7 +29,10 @@
   points say a single call after a cache flush takes over repeated calls (a constant, for the
   BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us
   a call plus 16-26 us per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's
-  warm time); a calibration
+  warm time), less as the bytes moved since the previous product fill fewer of its cores'
+  private caches, but for the part the ``gemm_cold`` points right after a product of another layout
+  give its layout's kernels (10-11 us there), which counts the bytes since the previous product
+  of its own layout (:mod:`simhpc.trace.product_reuse`); a calibration
   without them charges its bytes on the cold ``add`` curve less the same bytes on the warm one.
   A recurrent layer's per-step products run back to back on the same weights and do not pay it.
 - **Framework ops** without a BLAS or streaming analogue (windowed pooling, random fills): the
@@ -190,7 +193,7 @@ def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[
     committed files; this way 0.88 and 0.97-1.06)."""
     points: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
-        if row.get("blas", "torch") == blas:
+        if row.get("blas", "torch") == blas and "after" not in row:
             product = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row.get("batch", 1))
             points[row["threads"]].append((product.bytes(), row["time_s"] - row["warm_s"]))
     fits = {}
@@ -200,6 +203,17 @@ def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[
             continue
         fits[threads] = _log_ratio_fit(*(np.array(column) for column in zip(*kept)))
     return fits
+
+
+def path_constants(rows: list[dict[str, Any]], blas: str) -> dict[int, float]:
+    """Threads -> seconds: the median of what the ``gemm_cold`` rows with ``after`` (a small product
+    right after a flush and a product of another layout) took over their loop time, the part of a
+    cold call that is the kernels of the product's own layout (0 where the call was faster)."""
+    extras: dict[int, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("blas", "torch") == blas and "after" in row:
+            extras[row["threads"]].append(max(0.0, row["time_s"] - row["warm_s"]))
+    return {threads: float(np.median(values)) for threads, values in sorted(extras.items())}
 
 
 def _log_ratio_fit(moved: np.ndarray, extra: np.ndarray) -> tuple[float, float]:
@@ -366,6 +380,7 @@ class CalibratedEfficiency:
                 outputs, inputs = math.prod(outer) * pooled**2, math.prod(row["input"])
                 self._pool_work[row["op"]] = pool_work(window * window, outputs, inputs) / row["bytes"]
         self._cold_product = cold_product_fits(cal.rows("gemm_cold"), self.blas)
+        self._path_constant = path_constants(cal.rows("gemm_cold"), self.blas)
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch")}
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
@@ -649,15 +664,29 @@ class CalibratedEfficiency:
         per_byte = sum(w * min(self._cold_product[t][1], 1.0 / self.calibration.model_bandwidth(t)) for t, w in blend)
         return seconds, per_byte
 
-    def product_in_step_s(self, kernel: Gemm, threads: int, call_share: float, cold_bytes: float) -> float | None:
+    def path_constant(self, threads: int) -> float:
+        """Of the cold call's constant (:meth:`cold_call_parts`), the seconds that are the kernels of
+        the product's own layout (:func:`path_constants`); 0 without such points."""
+        parts = self.cold_call_parts(threads)
+        blend = self._thread_blend(sorted(self._path_constant), threads)
+        if parts is None or not blend:
+            return 0.0
+        return min(parts[0], sum(w * self._path_constant[t] for t, w in blend))
+
+    def product_in_step_s(self, kernel: Gemm, threads: int, call_share: float, cold_bytes: float,
+                          path_share: float) -> float | None:
         """A traced BLAS product's time when it pays ``call_share`` (0-1) of the cold call's
-        constant and the per-byte cost of ``cold_bytes`` of operands (what ran before it decides
-        both: :mod:`simhpc.trace.product_reuse`); None where :meth:`cold_call_parts` is."""
+        constant, ``path_share`` (0-1) of the part of it that is its layout's kernels
+        (:meth:`path_constant`, at least ``call_share`` of it) and the per-byte cost of
+        ``cold_bytes`` of operands (what ran before it decides all three:
+        :mod:`simhpc.trace.product_reuse`); None where :meth:`cold_call_parts` is."""
         parts = self.cold_call_parts(threads)
         warm = self._product_time(kernel, threads)
         if parts is None or warm is None:
             return None
-        return max(warm + call_share * parts[0] + cold_bytes * parts[1], self.dispatch_floor(threads))
+        path = self.path_constant(threads)
+        constant = call_share * (parts[0] - path) + max(call_share, path_share) * path
+        return max(warm + constant + cold_bytes * parts[1], self.dispatch_floor(threads))
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it).

@@ -5,11 +5,19 @@ a 128 MiB fill (``gemm_cold``), fitted as a constant (the BLAS's code and packin
 again) plus a cost per byte of its operands (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.cold_call_parts`).
 Inside a training step a product finds neither state: what ran since decides how much it pays.
 
-- **The constant** in proportion to the share of a private cache that the bytes moved since the
-  previous product (its own included) fill: a classifier's backward products right after its
-  forward one pay little of it. On the EPYC Zen 2 guest a 16 x 64 x 10 head paid 45, 15 and 3 us
-  over its loop time (forward after the convolutions, then its two backward products; 1 thread),
-  against 32 us for a single call after the fill.
+- **The constant** in proportion to the share of the private caches of its ``t`` threads' cores
+  that the bytes moved since the previous product (its own included) fill, ``t`` times one core's
+  (the ops in between split their tensors among as many threads): a classifier's backward products
+  right after its forward one pay little of it. On the EPYC Zen 2 guest a 16 x 64 x 10 head paid
+  45, 15 and 3 us over its loop time (forward after the convolutions, then its two backward
+  products; 1 thread), against 32 us for a single call after the fill. One private cache for any
+  ``t`` overcharged the 2-thread backward products of the Xeon's and the Zen 5's CNN heads.
+- **The kernels of its layout** (``nn``, ``nt``, ``tn``, ``tt``; batched or not) as the constant,
+  but counting the bytes since the previous product of that layout: the part of the constant they
+  are is measured (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.path_constant`, 10-11 us
+  of 44-68 on the Xeon reference). A linear layer's input gradient (``nn``) right after its forward
+  (``nt``) finds the BLAS's common code warm and its own kernels cold: the tiny heads of the extra
+  models took 17-24 us over a 1-4 us loop time there, predicted 2-4 us without this part.
 - **The operand bytes** only for inputs the ops within the last effective cache's worth of bytes
   (:meth:`~simhpc.costs.calibration_file.Calibration.effective_cache_bytes`) did not read: an
   operand of the same shape (or, a matrix, of the transposed shape) among their inputs is taken to
@@ -59,12 +67,13 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
     in_step = getattr(efficiency, "product_in_step_s", None)
     if in_step is None or efficiency.cold_call_parts(threads) is None:
         return
-    private = private_cache(model)
+    private = private_cache(model) * threads  # the private caches of the product's cores
     window = efficiency.calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
     read: list[tuple[float, set[tuple[int, ...]]]] = []  # (bytes moved by the end of an op, its inputs)
     moved = 0.0
     last_product = -math.inf
+    last_of_layout: dict[tuple[str, bool], float] = {}
     for p in sorted(predictions, key=lambda p: (p.op.start, p.op.index)):
         kernel = p.kernel
         if kernel is None:
@@ -77,10 +86,12 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
                 cached = _read_within(read, dims, moved, window - size)
                 cold_bytes += size * (elsewhere if cached else 1.0)
             share = min(1.0, (moved - last_product) / private)
-            seconds = in_step(kernel, threads, share, cold_bytes)
+            layout = (kernel.layout, kernel.batch > 1)
+            layout_share = min(1.0, (moved - last_of_layout.get(layout, -math.inf)) / private)
+            seconds = in_step(kernel, threads, share, cold_bytes, layout_share)
             if seconds is not None:
                 p.predicted_s = seconds
-            last_product = moved
+            last_product = last_of_layout[layout] = moved
         moved += kernel.bytes()
         read.append((moved, {alias for dims in inputs for alias in _aliases(dims)}))
 

@@ -19,7 +19,9 @@ transposed operand (``nt``, ``tn``; the ``layout`` field), where MKL's kernels d
 shapes with the operands of multi-head attention stored as views of one projection's output.
 
 **Cold products** (torch fp32, :func:`cold_shapes`, section ``gemm_cold``): each timed in a loop
-and as single calls after a cache flush, the state of a product inside a training step.
+and as single calls after a cache flush, the state of a product inside a training step; and a
+small product right after one of another layout (:func:`measure_gemm_path`, rows with ``after``):
+the part of that cold cost which is the kernels of its layout.
 
 **16-bit products** (torch only, one round): bf16 and fp16 on a coarse grid in the three layouts
 a training step uses. Without AVX512-BF16/FP16 or AMX, PyTorch multiplies them in fallback
@@ -184,6 +186,49 @@ def measure_gemm_cold(m: int, n: int, k: int, layout: str, threads: int, budget:
         cold = measure_cold(once, _torch_flush(), budget)
     return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
             "layout": layout, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
+
+
+PATH_LAYOUTS = ("nt", "nn", "tn")
+"""The layouts of a linear layer's three products: its forward (``nt``), input gradient (``nn``)
+and weight gradient (``tn``)."""
+PATH_SHAPE = (32, 16, 256)
+"""(m, n, k) of the :func:`measure_gemm_path` products: small enough that their operands cost little
+cold, so that what a call pays over its loop time is the code and state it finds evicted."""
+
+
+def path_pairs(quick: bool = False) -> list[tuple[str, str]]:
+    """(layout called first, layout timed) of the :func:`measure_gemm_path` points: every ordered
+    pair of two different :data:`PATH_LAYOUTS`."""
+    pairs = [(first, then) for first in PATH_LAYOUTS for then in PATH_LAYOUTS if first != then]
+    return pairs[:1] if quick else pairs
+
+
+def measure_gemm_path(after: str, layout: str, threads: int, budget: Budget) -> dict:
+    """A small torch fp32 product of ``layout`` timed in a loop (``warm_s``) and as single calls,
+    each right after a cache flush and one product of the ``after`` layout (``time_s``).
+
+    A product's first call after a flush re-fetches the code and state of the BLAS and of the
+    framework; one of another layout right before it re-fetches most of that, but not the
+    kernels of this layout (measured here at 1 thread, a 32 x 16 x 256 product: 106-116 us over its
+    loop time alone, 7-18 us after one of another layout, 4-5 us after one of its own). In a
+    training step a linear layer's backward products follow its forward one: ``simhpc compare``
+    charges a product the part of its cold cost that these points give its layout's kernels
+    (:mod:`simhpc.trace.product_reuse`)."""
+    m, n, k = PATH_SHAPE
+    first = _torch_call(_operand((m, k), "fp32", 2), _operand((k, n), "fp32", 3), np.empty((m, n), np.float32), after)
+    call = _torch_call(_operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1), np.empty((m, n), np.float32), layout)
+    flush = _torch_flush()
+
+    def once(reps: int) -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    with torch_threads(threads):
+        warm = measure_python(call, budget)
+        cold = measure_cold(once, lambda: (flush(), first()), budget)
+    return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
+            "layout": layout, "after": after, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
 
 
 def dtypes(blas: str) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 21
+SUITE_VERSION = 22
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -227,6 +227,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
             for m, n, k, layout in gemm.cold_shapes(quick):
                 call = partial(gemm.measure_gemm_cold, m, n, k, layout, t, budget)
                 tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} cold", call))
+            for after, layout in gemm.path_pairs(quick):
+                call = partial(gemm.measure_gemm_path, after, layout, t, budget)
+                m, n, k = gemm.PATH_SHAPE
+                tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} after {after}", call))
             for dtype in gemm.HALF:
                 for m, n, k, layout in gemm.half_shapes(quick, dtype in native_half):
                     half_budget = budget if quick else gemm.HALF_BUDGET
