@@ -643,14 +643,14 @@ MACHINES = {  # reference machine -> (its captures, the calibration taken right 
     "xeon-spr": (CAPTURES / "xeon-spr", ROOT / "validation" / "calibration" / "xeon-spr.json"),
 }
 MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (validation/README.md)
-    ("xeon", "cnn_t1"): (-0.9, 24.4),
-    ("xeon", "cnn_t2"): (-0.7, 25.1),
+    ("xeon", "cnn_t1"): (-0.9, 19.3),
+    ("xeon", "cnn_t2"): (-0.8, 28.3),
     ("xeon", "mlp_t1"): (-1.5, 6.5),
     ("xeon", "mlp_t2"): (6.2, 6.7),
-    ("xeon", "transformer_flash_t1"): (-0.5, 7.0),
-    ("xeon", "transformer_flash_t2"): (2.1, 10.0),
-    ("xeon", "transformer_t1"): (-2.0, 7.9),
-    ("xeon", "transformer_t2"): (-5.2, 9.3),
+    ("xeon", "transformer_flash_t1"): (-1.1, 6.7),
+    ("xeon", "transformer_flash_t2"): (1.5, 9.8),
+    ("xeon", "transformer_t1"): (-3.1, 9.1),
+    ("xeon", "transformer_t2"): (-6.2, 7.9),
     ("epyc-zen3", "cnn_t1"): (0.3, 18.9),
     ("epyc-zen3", "cnn_t2"): (3.5, 19.4),
     ("epyc-zen3", "mlp_t1"): (0.5, 3.7),
@@ -666,17 +666,17 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
     ("epyc-zen3", "cnn224_t1"): (0.7, 86.9),
     ("epyc-zen3", "cnn224_t2"): (-22.9, 89.2),
-    ("epyc-zen2", "cnn_t1"): (0.1, 9.7),
-    ("epyc-zen2", "cnn_t2"): (-0.8, 15.8),
+    ("epyc-zen2", "cnn_t1"): (0.0, 4.0),
+    ("epyc-zen2", "cnn_t2"): (-0.8, 12.9),
     ("epyc-zen2", "mlp_t1"): (3.0, 7.1),
     ("epyc-zen2", "mlp_t2"): (-0.7, 7.2),
-    ("epyc-zen2", "transformer_flash_t1"): (-0.2, 8.0),
-    ("epyc-zen2", "transformer_flash_t2"): (2.5, 10.8),
-    ("epyc-zen2", "transformer_t1"): (-2.7, 7.7),
-    ("epyc-zen2", "transformer_t2"): (-4.8, 9.3),
+    ("epyc-zen2", "transformer_flash_t1"): (-1.3, 8.9),
+    ("epyc-zen2", "transformer_flash_t2"): (1.9, 10.8),
+    ("epyc-zen2", "transformer_t1"): (-3.9, 8.3),
+    ("epyc-zen2", "transformer_t2"): (-5.3, 10.3),
     ("epyc-zen2", "mlp_bf16_t1"): (-2.5, 2.9),
     ("epyc-zen2", "mlp_bf16_t2"): (-4.6, 3.0),
-    ("epyc-zen2", "cnn224_t1"): (13.4, 49.8),
+    ("epyc-zen2", "cnn224_t1"): (13.4, 50.0),
     ("epyc-zen2", "cnn224_t2"): (7.4, 51.6),
     # an LSTM (oneDNN's RNN layer, timed from suite 19's points since): its GEMMs are a 2-way head
     ("epyc-zen2", "lstm_t1"): (-3.2, 24.7),
@@ -685,57 +685,57 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     # a GRU as per-step ATen ops, whose small products are charged cold
     ("epyc-zen2", "lenet_t1"): (4.0, 24.9),
     ("epyc-zen2", "lenet_t2"): (26.5, 22.2),
-    ("epyc-zen2", "gru_t1"): (23.0, 60.9),
-    ("epyc-zen2", "gru_t2"): (17.4, 44.2),
+    ("epyc-zen2", "gru_t1"): (22.7, 60.9),
+    ("epyc-zen2", "gru_t2"): (17.3, 44.3),
     # the EPYC Zen 5 guest (AVX-512 with native bf16); its extra models as on the Zen 2 guest, and a
     # ResNet-like network of residual blocks with batch norms
-    ("epyc-zen5", "cnn_t1"): (7.7, 21.0),
-    ("epyc-zen5", "cnn_t2"): (-6.3, 10.0),
+    ("epyc-zen5", "cnn_t1"): (7.7, 15.6),
+    ("epyc-zen5", "cnn_t2"): (-6.4, 7.4),
     ("epyc-zen5", "mlp_t1"): (-5.5, 4.7),
     ("epyc-zen5", "mlp_t2"): (-6.2, 7.6),
-    ("epyc-zen5", "transformer_flash_t1"): (-4.4, 7.0),
-    ("epyc-zen5", "transformer_flash_t2"): (0.0, 5.6),
-    ("epyc-zen5", "transformer_t1"): (4.1, 6.4),
-    ("epyc-zen5", "transformer_t2"): (-4.7, 16.2),
+    ("epyc-zen5", "transformer_flash_t1"): (-4.7, 7.4),
+    ("epyc-zen5", "transformer_flash_t2"): (-0.2, 5.7),
+    ("epyc-zen5", "transformer_t1"): (3.8, 6.3),
+    ("epyc-zen5", "transformer_t2"): (-5.0, 15.9),
     ("epyc-zen5", "mlp_bf16_t1"): (3.1, 12.9),
     ("epyc-zen5", "mlp_bf16_t2"): (16.9, 30.2),
-    ("epyc-zen5", "cnn224_t1"): (27.4, 64.1),
+    ("epyc-zen5", "cnn224_t1"): (27.4, 64.2),
     ("epyc-zen5", "cnn224_t2"): (22.8, 60.2),
     ("epyc-zen5", "lstm_t1"): (1.3, 46.7),
     ("epyc-zen5", "lstm_t2"): (-1.3, 55.6),
     ("epyc-zen5", "lenet_t1"): (30.6, 30.3),
     ("epyc-zen5", "lenet_t2"): (11.7, 44.3),
-    ("epyc-zen5", "resnetish_t1"): (10.0, 45.2),
-    ("epyc-zen5", "resnetish_t2"): (9.8, 25.9),
+    ("epyc-zen5", "resnetish_t1"): (10.0, 45.4),
+    ("epyc-zen5", "resnetish_t2"): (9.8, 25.8),
     # the EPYC Zen 4 guest (AVX-512 with native bf16): one calibrate run (suite 20, every 2-thread torch
     # product measured twice), the captures right after; its extra models as on the Zen 5 guest
-    ("epyc-zen4", "cnn_t1"): (0.3, 9.4),
-    ("epyc-zen4", "cnn_t2"): (-1.6, 9.9),
+    ("epyc-zen4", "cnn_t1"): (0.3, 9.0),
+    ("epyc-zen4", "cnn_t2"): (-1.6, 13.2),
     ("epyc-zen4", "mlp_t1"): (-0.3, 3.2),
     ("epyc-zen4", "mlp_t2"): (-0.9, 4.9),
-    ("epyc-zen4", "transformer_flash_t1"): (1.7, 5.0),
-    ("epyc-zen4", "transformer_flash_t2"): (1.9, 5.3),
-    ("epyc-zen4", "transformer_t1"): (-0.3, 5.6),
-    ("epyc-zen4", "transformer_t2"): (2.3, 5.7),
+    ("epyc-zen4", "transformer_flash_t1"): (0.5, 5.1),
+    ("epyc-zen4", "transformer_flash_t2"): (1.3, 5.3),
+    ("epyc-zen4", "transformer_t1"): (-1.6, 6.2),
+    ("epyc-zen4", "transformer_t2"): (1.6, 6.7),
     ("epyc-zen4", "mlp_bf16_t1"): (-10.5, 8.0),
     ("epyc-zen4", "mlp_bf16_t2"): (-17.5, 8.3),
-    ("epyc-zen4", "cnn224_t1"): (13.2, 59.1),
+    ("epyc-zen4", "cnn224_t1"): (13.2, 59.2),
     ("epyc-zen4", "cnn224_t2"): (-8.0, 71.4),
     ("epyc-zen4", "lstm_t1"): (-3.4, 45.4),
     ("epyc-zen4", "lstm_t2"): (-6.5, 58.4),
     ("epyc-zen4", "lenet_t1"): (10.3, 28.1),
     ("epyc-zen4", "lenet_t2"): (9.2, 40.7),
-    ("epyc-zen4", "resnetish_t1"): (-8.3, 26.1),
-    ("epyc-zen4", "resnetish_t2"): (-9.3, 46.7),
+    ("epyc-zen4", "resnetish_t1"): (-8.3, 26.3),
+    ("epyc-zen4", "resnetish_t2"): (-9.3, 46.8),
     # a core shared with another tenant's hardware thread for 45 % of the calibration, less during the captures
-    ("xeon-spr", "cnn_t1"): (18.4, 47.2),
-    ("xeon-spr", "cnn_t2"): (36.6, 32.4),
+    ("xeon-spr", "cnn_t1"): (18.2, 31.2),
+    ("xeon-spr", "cnn_t2"): (36.5, 29.0),
     ("xeon-spr", "mlp_t1"): (11.4, 8.1),
     ("xeon-spr", "mlp_t2"): (13.8, 15.1),
-    ("xeon-spr", "transformer_flash_t1"): (17.5, 14.9),
-    ("xeon-spr", "transformer_flash_t2"): (21.5, 14.8),
-    ("xeon-spr", "transformer_t1"): (21.2, 14.7),
-    ("xeon-spr", "transformer_t2"): (-11.2, 15.8),
+    ("xeon-spr", "transformer_flash_t1"): (16.9, 15.4),
+    ("xeon-spr", "transformer_flash_t2"): (21.2, 14.5),
+    ("xeon-spr", "transformer_t1"): (20.6, 15.0),
+    ("xeon-spr", "transformer_t2"): (-11.4, 16.3),
 }
 ISSUE_MODELS = ("mlp", "transformer", "transformer_flash", "cnn")
 """The models the issue's target is stated for (``capture.py``'s default ones)."""
@@ -743,13 +743,12 @@ _TINY = ("the classifier's three 0.05-0.25 ms products: what they pay over the c
          "between the steps of one capture and between captures (the state the VM's caches and the BLAS are left "
          "in), more than a charge by the bytes and products that ran before them can follow")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
-    ("xeon", "cnn_t1"): "GEMM MAPE 25 %: " + _TINY,
-    ("xeon", "cnn_t2"): "GEMM MAPE 25 %: " + _TINY,
+    ("xeon", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
+    ("xeon", "cnn_t2"): "GEMM MAPE 28 %: " + _TINY,
     ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
-    ("epyc-zen2", "cnn_t2"): "GEMM MAPE 15.8 %: " + _TINY,
-    ("epyc-zen5", "cnn_t1"): "GEMM MAPE 21 %: " + _TINY,
-    ("epyc-zen5", "transformer_t2"): "GEMM MAPE 16.2 %, counted op by op: some steps' products took up to 2x "
+    ("epyc-zen5", "cnn_t1"): "GEMM MAPE 16 %: " + _TINY,
+    ("epyc-zen5", "transformer_t2"): "GEMM MAPE 15.9 %, counted op by op: some steps' products took up to 2x "
                                      "the same product's median over the ten steps (the VM's speed at 2 threads "
                                      "moves within seconds); against those medians the MAPE is 8.1 %",
 }
@@ -1203,6 +1202,23 @@ def test_products_pay_for_what_ran_before_them() -> None:
     assert efficiency.asked[2][2] == pytest.approx((64 * 10 * 4 + activation) / 2)
     # and the bytes since the last product went through both cores' private caches
     assert efficiency.asked[1][1] == pytest.approx(forward.bytes() / (2 * (4 << 20)))
+
+
+def test_a_flattened_activation_is_the_tensor_the_op_before_read() -> None:
+    """A classifier's input is a view (``flatten``) of the last block's output: a ``[64, 4096]``
+    operand right after an op that read ``[64, 64, 8, 8]`` is in cache, not charged its bytes."""
+    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.product_reuse import charge_products
+    from simhpc.trace.readers import OpRecord
+
+    relu = Elementwise(dtype="fp32", n=64 * 4096, op="relu", inputs=1, outputs=1)
+    forward = Gemm(dtype="fp32", m=64, n=10, k=4096, layout="nt")
+    ops = [(relu, [[64, 64, 8, 8]]), (forward, [[10], [64, 4096], [4096, 10]])]
+    predictions = [OpPrediction(OpRecord(i, "aten::op", "gemm", float(i), 0.5, "t", shapes=shapes), kernel, 1.0,
+                                0.0, True) for i, (kernel, shapes) in enumerate(ops)]
+    efficiency = _StepProducts(cache_bytes=16 << 20)
+    charge_products(predictions, CostModel(efficiency), 1)  # type: ignore[arg-type]
+    assert efficiency.asked[0][2] == 4096 * 10 * 4  # the weight only
 
 
 def test_a_product_of_the_layout_just_used_finds_its_kernels_warm() -> None:

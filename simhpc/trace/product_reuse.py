@@ -20,10 +20,13 @@ Inside a training step a product finds neither state: what ran since decides how
   models took 17-24 us over a 1-4 us loop time there, predicted 2-4 us without this part.
 - **The operand bytes** only for inputs the ops within the last effective cache's worth of bytes
   (:meth:`~simhpc.costs.calibration_file.Calibration.effective_cache_bytes`) did not read: an
-  operand of the same shape (or, a matrix, of the transposed shape) among their inputs is taken to
-  be that tensor, still in cache (a layer's input written by the op before, a weight its forward
-  read before its backward). The output's bytes are not charged (the allocator hands back blocks
-  freed moments before). On ``t`` threads the product's threads split its operands otherwise
+  operand with as many elements as one of their inputs is taken to be that tensor or a view of it,
+  still in cache (a layer's input written by the op before, a weight its forward read before its
+  backward, transposed; a classifier's input, the last block's output flattened, which matching
+  by shape charged: ``validation/README.md`` has what that moved). The output's bytes are not
+  charged: the allocator mostly hands back a block freed moments before (not the CNN classifier's
+  input gradient, whose 1 MiB block had 2.2 MiB touched since at 1 thread; not modelled). On ``t``
+  threads the product's threads split its operands otherwise
   than the ops that left them in cache did, so ``(t - 1) / t`` of a cached operand is in another
   core's private cache and pays the per-byte cost too: at 2 threads the committed captures' GEMM
   MAPE went 17.3 -> 15.1 % (CNN), 10.3 -> 9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 ->
@@ -55,9 +58,6 @@ def _dims(shape: Any) -> tuple[int, ...] | None:
     return tuple(shape) if is_shape(shape) and len(shape) >= 2 else None
 
 
-def _aliases(dims: tuple[int, ...]) -> set[tuple[int, ...]]:
-    """``dims`` and its last two dimensions swapped: a transposed view of the same tensor."""
-    return {dims, (*dims[:-2], dims[-1], dims[-2])}
 
 
 def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) -> None:
@@ -70,7 +70,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
     private = private_cache(model) * threads  # the private caches of the product's cores
     window = efficiency.calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
-    read: list[tuple[float, set[tuple[int, ...]]]] = []  # (bytes moved by the end of an op, its inputs)
+    read: list[tuple[float, set[int]]] = []  # (bytes moved by the end of an op, its inputs' element counts)
     moved = 0.0
     last_product = -math.inf
     last_of_layout: dict[tuple[str, bool], float] = {}
@@ -83,7 +83,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
             cold_bytes = 0.0
             for dims in inputs:
                 size = math.prod(dims) * dtype_bytes(kernel.dtype)
-                cached = _read_within(read, dims, moved, window - size)
+                cached = _read_within(read, math.prod(dims), moved, window - size)
                 cold_bytes += size * (elsewhere if cached else 1.0)
             share = min(1.0, (moved - last_product) / private)
             layout = (kernel.layout, kernel.batch > 1)
@@ -93,15 +93,14 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
                 p.predicted_s = seconds
             last_product = last_of_layout[layout] = moved
         moved += kernel.bytes()
-        read.append((moved, {alias for dims in inputs for alias in _aliases(dims)}))
+        read.append((moved, {math.prod(dims) for dims in inputs}))
 
 
-def _read_within(read: list[tuple[float, set[tuple[int, ...]]]], dims: tuple[int, ...], moved: float,
-                 window: float) -> bool:
-    """Whether an op that ended at most ``window`` bytes before ``moved`` read a ``dims`` tensor."""
-    for ended, shapes in reversed(read):
+def _read_within(read: list[tuple[float, set[int]]], elements: int, moved: float, window: float) -> bool:
+    """Whether an op that ended at most ``window`` bytes before ``moved`` read a tensor of ``elements``."""
+    for ended, sizes in reversed(read):
         if moved - ended > window:
             return False
-        if dims in shapes:
+        if elements in sizes:
             return True
     return False
