@@ -25,14 +25,13 @@ Inside a training step a product finds neither state: what ran since decides how
   backward, transposed; a classifier's input, the last block's output flattened, which matching
   by shape charged: ``validation/README.md`` has what that moved). The output's bytes are not
   charged: the allocator mostly hands back a block freed moments before (not the CNN classifier's
-  input gradient, whose 1 MiB block had 2.2 MiB touched since at 1 thread; not modelled). On ``t``
-  threads the product's threads split its operands otherwise
-  than the ops that left them in cache did, so ``(t - 1) / t`` of a cached operand is in another
-  core's private cache and pays the per-byte cost too: at 2 threads the committed captures' GEMM
-  MAPE went 17.3 -> 15.1 % (CNN), 10.3 -> 9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 ->
-  6.2-8.1 % on the Xeon but for its CNN (22.4 -> 25.9 %), and a fresh Zen 2 pair's four 2-thread
-  captures 11.7-19.9 -> 11.2-16.3 %; a GRU's per-step products (52.5 -> 58.5 %) likely run on one
-  thread.
+  input gradient, whose 1 MiB block had 2.2 MiB touched since at 1 thread; not modelled). On
+  ``t`` threads the product's threads split its operands otherwise than the ops that left them in
+  cache did, so ``(t - 1) / t`` of a cached operand is in another core's private cache and pays
+  the per-byte cost too: at 2 threads the committed captures' GEMM MAPE went 17.3 -> 15.1 %
+  (CNN), 10.3 -> 9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 -> 6.2-8.1 % on the Xeon but for
+  its CNN (22.4 -> 25.9 %), and a fresh Zen 2 pair's four 2-thread captures 11.7-19.9 -> 11.2-16.3
+  %; a GRU's per-step products (52.5 -> 58.5 %) likely run on one thread.
 
 On the committed captures this took the CNN's GEMM MAPE (its 64 x 4096 x 10 classifier) from
 28.2 / 19.1 % to 9.4 / 17.3 % on the Zen 2 guest and from 21.1 / 49.4 % to 27.5 / 22.4 % on the
@@ -56,8 +55,6 @@ from simhpc.trace.framework_costs import private_cache
 def _dims(shape: Any) -> tuple[int, ...] | None:
     """A tensor's dimensions when ``shape`` is a list of ints of at least two (matrices and up)."""
     return tuple(shape) if is_shape(shape) and len(shape) >= 2 else None
-
-
 
 
 def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) -> None:

@@ -173,8 +173,14 @@ def measure_gemm_cold(m: int, n: int, k: int, layout: str, threads: int, budget:
     and single calls each after a cache flush (``time_s``), the state of a product's
     operands, and of the BLAS's own buffers, inside a training step. The difference is what
     ``simhpc compare`` charges a product on top of its warm time."""
-    a, b = _operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1)
-    call = _torch_call(a, b, np.empty((m, n), dtype=np.float32), layout)
+    return _cold_row(m, n, k, layout, threads, budget, _torch_flush())
+
+
+def _cold_row(m: int, n: int, k: int, layout: str, threads: int, budget: Budget, before: Callable[[], object],
+              **identity: str) -> dict:
+    """The ``gemm_cold`` row of a torch fp32 product timed in a loop (``warm_s``) and as single
+    calls each after ``before()`` (``time_s``); ``identity``: more fields naming the point."""
+    call = _torch_call(_operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1), np.empty((m, n), np.float32), layout)
 
     def once(reps: int) -> float:
         start = time.perf_counter()
@@ -183,9 +189,9 @@ def measure_gemm_cold(m: int, n: int, k: int, layout: str, threads: int, budget:
 
     with torch_threads(threads):
         warm = measure_python(call, budget)
-        cold = measure_cold(once, _torch_flush(), budget)
+        cold = measure_cold(once, before, budget)
     return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
-            "layout": layout, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
+            "layout": layout, **identity, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
 
 
 PATH_LAYOUTS = ("nt", "nn", "tn")
@@ -216,19 +222,8 @@ def measure_gemm_path(after: str, layout: str, threads: int, budget: Budget) -> 
     (:mod:`simhpc.trace.product_reuse`)."""
     m, n, k = PATH_SHAPE
     first = _torch_call(_operand((m, k), "fp32", 2), _operand((k, n), "fp32", 3), np.empty((m, n), np.float32), after)
-    call = _torch_call(_operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1), np.empty((m, n), np.float32), layout)
     flush = _torch_flush()
-
-    def once(reps: int) -> float:
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
-
-    with torch_threads(threads):
-        warm = measure_python(call, budget)
-        cold = measure_cold(once, lambda: (flush(), first()), budget)
-    return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
-            "layout": layout, "after": after, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
+    return _cold_row(m, n, k, layout, threads, budget, lambda: (flush(), first()), after=after)
 
 
 def dtypes(blas: str) -> tuple[str, ...]:
