@@ -674,11 +674,12 @@ class CalibratedEfficiency:
         return min(parts[0], sum(w * self._path_constant[t] for t, w in blend))
 
     def product_in_step_s(self, kernel: Gemm, threads: int, call_share: float, cold_bytes: float,
-                          path_share: float) -> float | None:
+                          path_share: float, cold_output_bytes: float = 0.0) -> float | None:
         """A traced BLAS product's time when it pays ``call_share`` (0-1) of the cold call's
         constant, ``path_share`` (0-1) of the part of it that is its layout's kernels
-        (:meth:`path_constant`, at least ``call_share`` of it) and the per-byte cost of
-        ``cold_bytes`` of operands (what ran before it decides all three:
+        (:meth:`path_constant`, at least ``call_share`` of it), the per-byte cost of
+        ``cold_bytes`` of operands and ``cold_output_bytes`` of output lines fetched before they
+        are written, at the roofline's memory bandwidth (what ran before it decides all four:
         :mod:`simhpc.trace.product_reuse`); None where :meth:`cold_call_parts` is."""
         parts = self.cold_call_parts(threads)
         warm = self._product_time(kernel, threads)
@@ -686,7 +687,8 @@ class CalibratedEfficiency:
             return None
         path = self.path_constant(threads)
         constant = call_share * (parts[0] - path) + max(call_share, path_share) * path
-        return max(warm + constant + cold_bytes * parts[1], self.dispatch_floor(threads))
+        fetched = cold_bytes * parts[1] + cold_output_bytes / self.calibration.model_bandwidth(threads)
+        return max(warm + constant + fetched, self.dispatch_floor(threads))
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured a kernel of this kind (else the fallback model times it).

@@ -23,15 +23,22 @@ Inside a training step a product finds neither state: what ran since decides how
   operand with as many elements as one of their inputs is taken to be that tensor or a view of it,
   still in cache (a layer's input written by the op before, a weight its forward read before its
   backward, transposed; a classifier's input, the last block's output flattened, which matching
-  by shape charged: ``validation/README.md`` has what that moved). The output's bytes are not
-  charged: the allocator mostly hands back a block freed moments before (not the CNN classifier's
-  input gradient, whose 1 MiB block had 2.2 MiB touched since at 1 thread; not modelled). On
-  ``t`` threads the product's threads split its operands otherwise than the ops that left them in
-  cache did, so ``(t - 1) / t`` of a cached operand is in another core's private cache and pays
-  the per-byte cost too: at 2 threads the committed captures' GEMM MAPE went 17.3 -> 15.1 %
-  (CNN), 10.3 -> 9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 -> 6.2-8.1 % on the Xeon but for
-  its CNN (22.4 -> 25.9 %), and a fresh Zen 2 pair's four 2-thread captures 11.7-19.9 -> 11.2-16.3
-  %; a GRU's per-step products (52.5 -> 58.5 %) likely run on one thread.
+  by shape charged: ``validation/README.md`` has what that moved). On ``t`` threads the
+  product's threads split its operands otherwise than the ops that left them in cache did, so
+  ``(t - 1) / t`` of a cached operand is in another core's private cache and pays the per-byte
+  cost too: at 2 threads the committed captures' GEMM MAPE went 17.3 -> 15.1 % (CNN), 10.3 ->
+  9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 -> 6.2-8.1 % on the Xeon but for its CNN (22.4
+  -> 25.9 %), and a fresh Zen 2 pair's four 2-thread captures 11.7-19.9 -> 11.2-16.3 %; a GRU's
+  per-step products (52.5 -> 58.5 %) likely run on one thread.
+- **The output's bytes** at the memory bandwidth when the trace says where it went
+  (``profile_memory=True``, :class:`~simhpc.trace.allocations.BlockHistory`) and its block was
+  freed more than its cores' private caches' worth of bytes before, for a product whose operands
+  fit in those caches (the loop that timed it wrote its output into cache; a larger one streams
+  it in the loop too). The allocator mostly hands back a block freed moments before, but the
+  CNN classifier's input gradient gets the one the last convolution's output was freed from,
+  2.2 MiB of traffic before: at 1 thread it took 150-270 us in every capture of the Xeon
+  reference against 38-43 us in a loop (a 1 MiB output written into a cold buffer costs 85-90 us
+  there). Without memory events an output is taken to be in cache.
 
 On the committed captures this took the CNN's GEMM MAPE (its 64 x 4096 x 10 classifier) from
 28.2 / 19.1 % to 9.4 / 17.3 % on the Zen 2 guest and from 21.1 / 49.4 % to 27.5 / 22.4 % on the
@@ -42,6 +49,7 @@ points keeps its whole cold charge on every product.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +57,7 @@ from typing import Any
 from simhpc.costs.kernels import Gemm, dtype_bytes
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import is_shape
+from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.framework_costs import private_cache
 
 
@@ -57,9 +66,11 @@ def _dims(shape: Any) -> tuple[int, ...] | None:
     return tuple(shape) if is_shape(shape) and len(shape) >= 2 else None
 
 
-def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) -> None:
+def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
+                    blocks: BlockHistory | None = None) -> None:
     """Re-time every BLAS product of ``predictions`` (``OpPrediction``s, any order) by what ran
-    before it (see the module docstring); nothing changes without ``gemm_cold`` points."""
+    before it (see the module docstring; ``blocks``: the trace's allocations, if it recorded
+    them); nothing changes without ``gemm_cold`` points."""
     efficiency = model.efficiency
     in_step = getattr(efficiency, "product_in_step_s", None)
     if in_step is None or efficiency.cold_call_parts(threads) is None:
@@ -68,6 +79,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
     window = efficiency.calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
     read: list[tuple[float, set[int]]] = []  # (bytes moved by the end of an op, its inputs' element counts)
+    ends: list[tuple[float, float]] = []  # (when an op ended, bytes moved by then)
     moved = 0.0
     last_product = -math.inf
     last_of_layout: dict[tuple[str, bool], float] = {}
@@ -85,12 +97,30 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int) 
             share = min(1.0, (moved - last_product) / private)
             layout = (kernel.layout, kernel.batch > 1)
             layout_share = min(1.0, (moved - last_of_layout.get(layout, -math.inf)) / private)
-            seconds = in_step(kernel, threads, share, cold_bytes, layout_share)
+            output = _cold_output_bytes(p.op, kernel, blocks, ends, moved, private)
+            seconds = in_step(kernel, threads, share, cold_bytes, layout_share, output)
             if seconds is not None:
                 p.predicted_s = seconds
             last_product = last_of_layout[layout] = moved
         moved += kernel.bytes()
         read.append((moved, {math.prod(dims) for dims in inputs}))
+        ends.append((p.op.end, moved))
+
+
+def _cold_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, ends: list[tuple[float, float]],
+                       moved: float, held: float) -> float:
+    """The bytes of a product's output when its block was freed more than ``held`` bytes before
+    (``ends``: the earlier ops' end times and the bytes moved by then) and its operands fit in
+    ``held`` (see the module docstring); 0 otherwise, or without memory events."""
+    if not blocks or kernel.bytes() > held:
+        return 0.0
+    size = kernel.batch * kernel.m * kernel.n * dtype_bytes(kernel.dtype)
+    freed = blocks.reused_since(op.start, op.end, int(size))
+    if freed is None:
+        return 0.0
+    before = bisect.bisect_right(ends, (freed, math.inf))
+    since = moved - (ends[before - 1][1] if before else 0.0)
+    return size if since + size > held else 0.0
 
 
 def _read_within(read: list[tuple[float, set[int]]], elements: int, moved: float, window: float) -> bool:

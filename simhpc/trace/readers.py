@@ -77,6 +77,16 @@ class Step:
     track: str
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One CPU allocation (``size`` > 0) or free (``size`` < 0): torch.profiler's ``[memory]``
+    instant events, written with ``profile_memory=True``. Seconds from the trace's origin; bytes."""
+
+    time: float
+    address: int
+    size: int
+
+
 @dataclass
 class Trace:
     """The ops of one trace file.
@@ -90,6 +100,7 @@ class Trace:
         skipped: counts of events not read, by reason (never silently dropped).
         notes: counts of events read but suspect, by what is wrong with them (e.g. one that
             overlaps an event of its thread without nesting in it).
+        memory: CPU allocations and frees ([] unless profiled with ``profile_memory=True``).
     """
 
     source: str
@@ -99,6 +110,7 @@ class Trace:
     metadata: dict[str, Any]
     skipped: dict[str, int]
     notes: dict[str, int] = field(default_factory=dict)
+    memory: list[MemoryEvent] = field(default_factory=list)
 
     @property
     def tracks(self) -> list[str]:
@@ -306,6 +318,22 @@ def _assign_steps(ops: list[OpRecord], steps: list[Step]) -> None:
             op.step = steps[i].number
 
 
+def _memory_events(events: list[Any], origin: float) -> list[MemoryEvent]:
+    """The CPU ``[memory]`` instant events with a numeric time and an integer address and size, in
+    time order (a GPU's, ``Device Type`` other than 0, left out)."""
+    found = []
+    for event in events:
+        if not (isinstance(event, Mapping) and event.get("ph") == "i" and event.get("name") == "[memory]"):
+            continue
+        args = event.get("args") if isinstance(event.get("args"), Mapping) else {}
+        address, size, ts = args.get("Addr"), args.get("Bytes"), _number(event.get("ts"))
+        if (ts is None or args.get("Device Type", 0) != 0 or not isinstance(address, int)
+                or not isinstance(size, int) or isinstance(size, bool)):
+            continue
+        found.append(MemoryEvent((ts - origin) * _US, address, size))
+    return sorted(found, key=lambda e: e.time)
+
+
 def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     """Build a :class:`Trace` from parsed Chrome Trace JSON (an object with ``traceEvents`` or a list)."""
     if isinstance(data, Mapping):
@@ -366,7 +394,8 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     )
     _assign_steps(ops, steps)
     notes = {IMPROPER_NESTING: improper} if improper else {}
-    return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes)
+    return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes,
+                 _memory_events(events, origin))
 
 
 def read_trace(path: str | Path) -> Trace:

@@ -2,7 +2,8 @@
 
 Models: an MLP, a transformer encoder layer (with dropout, and without: fused attention) and a
 small CNN, each trained with SGD for a few steps at 1 and 2 (by default) intra-op threads. Each run is profiled with
-``record_shapes=True`` after one wait and one warm-up step, and exported with
+``record_shapes=True`` and ``profile_memory=True`` (every allocation and free, so that ``simhpc compare``
+sees where an op's output lands; steps 1-3 % slower here) after one wait and one warm-up step, and exported with
 ``export_chrome_trace``; the thread count is added as the top-level ``num_threads`` key. This
 machine's speed drifts by tens of percent over minutes (a shared VM), so every model is captured
 ``--repeat`` times, in rounds over all models, and the capture with the fastest median step is
@@ -233,7 +234,7 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
     model, batch, loss_fn = {**MODELS, **EXTRA_MODELS}[name]()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     plan = schedule(wait=1, warmup=1, active=steps, repeat=1)
-    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=plan)
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True, schedule=plan)
     prof.preset_metadata_json("num_threads", json.dumps(threads))
     prof.preset_metadata_json(
         "simhpc_capture",
