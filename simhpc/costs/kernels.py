@@ -103,6 +103,10 @@ class Gemm(Kernel):
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.batch
 
+    def outputs(self) -> int:
+        """Elements of ``C``, over all ``batch`` products."""
+        return self.m * self.n * self.batch
+
     def bytes(self) -> float:
         return float(self.m * self.k + self.k * self.n + self.m * self.n) * self.batch * dtype_bytes(self.dtype)
 

@@ -16,14 +16,16 @@ from simhpc.trace.readers import MemoryEvent
 
 
 class BlockHistory:
-    """The allocations and frees of a trace, searchable by time."""
+    """The allocations and frees of a trace (``events`` in time order, as ``Trace.memory`` keeps
+    them), searchable by time."""
 
     def __init__(self, events: Sequence[MemoryEvent]) -> None:
-        self._allocations = sorted((e for e in events if e.size > 0), key=lambda e: e.time)
+        self._allocations = [e for e in events if e.size > 0]
         self._times = [e.time for e in self._allocations]
         self._frees: dict[int, list[float]] = {}
-        for event in sorted((e for e in events if e.size < 0), key=lambda e: e.time):
-            self._frees.setdefault(event.address, []).append(event.time)
+        for event in events:
+            if event.size < 0:
+                self._frees.setdefault(event.address, []).append(event.time)
 
     def __bool__(self) -> bool:
         return bool(self._allocations)

@@ -76,7 +76,7 @@ def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int
         return 0  # reductions' results are small; pooling forwards, fused kernels: not modelled
     if isinstance(kernel, k.Gemm):
         if kernel.conv in ("", "forward"):
-            return kernel.m * kernel.n * kernel.batch
+            return kernel.outputs()
         mask = str(op.concrete[-1]) if op.concrete else ""
         if name == "convolution_backward" and len(op.shapes) > 1 and not mask.startswith("[False"):
             shape = op.shapes[1]

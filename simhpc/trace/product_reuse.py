@@ -114,8 +114,8 @@ def _cold_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, ends:
     ``held`` (see the module docstring); 0 otherwise, or without memory events."""
     if not blocks or kernel.bytes() > held:
         return 0.0
-    size = kernel.batch * kernel.m * kernel.n * dtype_bytes(kernel.dtype)
-    freed = blocks.reused_since(op.start, op.end, int(size))
+    size = kernel.outputs() * dtype_bytes(kernel.dtype)
+    freed = blocks.reused_since(op.start, op.end, size)
     if freed is None:
         return 0.0
     before = bisect.bisect_right(ends, (freed, math.inf))
