@@ -199,6 +199,7 @@ def test_points_do_not_share_swept_values(tmp_path: Path):
 @pytest.mark.parametrize(("damage", "expected"), [
     ("UPDATE runs SET params = '[1, 2]'", "damaged record (params is not a mapping)"),
     ("UPDATE runs SET summary = '{'", "damaged record (Expecting property name"),
+    ("UPDATE runs SET summary = NULL", "damaged record (status ok without a summary)"),
     (None, "cannot read the result store (database disk image is malformed)"),
 ])
 def test_a_damaged_store_is_one_line_for_plot_and_sweep(tmp_path: Path, damage, expected):

@@ -188,7 +188,7 @@ def group_runs(records: list[RunRecord], x: str, y: str,
     _check_path(records, x, "--x")
     if hue:
         _check_path(records, hue, "--hue")
-    ok = [record for record in records if record.status == "ok" and record.summary is not None]
+    ok = [record for record in records if record.status == "ok"]
     if len(ok) < len(records):
         notes.append(f"left out {len(records) - len(ok)} runs that did not finish ok (error or oom)")
     if not ok:

@@ -245,6 +245,9 @@ class ResultStore:
         for name, value in (("params", record.params), ("scenario", record.scenario), ("summary", record.summary)):
             if not isinstance(value, dict) and not (name == "summary" and value is None):
                 raise SweepError(f"{self.path}: run {str(key)[:12]}: damaged record ({name} is not a mapping)")
+        if record.status != "error" and record.summary is None:
+            raise SweepError(f"{self.path}: run {str(key)[:12]}: damaged record (status {record.status} "
+                             "without a summary)")
         return record
 
     def _query(self, sql: str) -> list[Any]:
