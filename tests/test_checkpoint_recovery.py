@@ -226,3 +226,14 @@ def test_give_up_after_counts_from_the_first_failure_and_a_repeated_failure_is_o
                                                   "give_up_after": 1}})["workload"]
     assert work["failures"]["count"] == 1 and work["failures"]["gave_up"]
     assert work["failures"]["interrupted_recoveries"] == 0
+
+
+def test_the_last_snapshot_may_persist_after_training():
+    """Storage-bound snapshots: the last one is still being written when the last iteration ends;
+    the run goes on until it persists, and the summary says when (``makespan_s`` is the training's)."""
+    result = run("torchsnapshot")
+    work = result["workload"]
+    last = work["checkpoint"]["versions"][-1]
+    assert work["last_checkpoint_end_s"] == last["end_s"] > work["makespan_s"]
+    assert result["simulated_time_s"] == pytest.approx(last["end_s"])
+    assert run("none")["workload"]["last_checkpoint_end_s"] is None

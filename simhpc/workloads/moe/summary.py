@@ -46,6 +46,8 @@ def summarise(workload: Any) -> dict[str, Any]:
         "stall_s": trainer.stall_time,
         "profile_s": trainer.profile_time,
         "makespan_s": end,
+        # a snapshot taken near the end may persist after the last iteration: when the last one finished
+        "last_checkpoint_end_s": max((c["end_s"] for c in ledger.completed), default=None),
         "useful_time_s": useful,
         "goodput": (useful - sum(r.stall for r in done)) / end if end > 0 else None,  # stalls are no progress
         "checkpoint": {
