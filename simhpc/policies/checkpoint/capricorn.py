@@ -92,6 +92,9 @@ class Capricorn(CheckpointPolicy):
         self._triggered: set[int] = set()
 
     def plan(self, iteration: int) -> CheckpointPlan:
+        if self.facts.state_bytes <= 0:  # nothing to fit into the gaps: no phase is worth timing
+            return CheckpointPlan(take=self.due(iteration), target="memory", chunks=(), profile=frozenset(),
+                                  peers=self.peers, interval=self.interval)
         phases = [i for layer in sorted(self._pending) for i in self.facts.layer_phases(layer)]
         profile = frozenset(phases) | (self._global if self._first else frozenset())
         self._profile = profile
@@ -107,8 +110,6 @@ class Capricorn(CheckpointPolicy):
             chunks = gap_plan(self.facts, self.estimate(), peers, self.options.fill, spread)
         else:
             chunks = self.eager_chunks()
-        if self.facts.state_bytes <= 0:
-            chunks = ()
         return CheckpointPlan(take=True, target="memory", chunks=chunks, profile=profile, peers=self.peers,
                               interval=self.interval)
 

@@ -56,7 +56,8 @@ class Gemini(CheckpointPolicy):
             self._chunks = gap_plan(self.facts, mean, len(self.peers[0]) if self.peers else 0, self.options.fill)
 
     def plan(self, iteration: int) -> CheckpointPlan:
-        profiling = self._profiled < self.options.profile_iterations
+        # nothing to fit into the gaps: no phase is worth timing
+        profiling = self._profiled < self.options.profile_iterations and self.facts.state_bytes > 0
         profile = frozenset(p.index for p in self.facts.phases) if profiling else frozenset()
         if profiling:
             self.profiled_phases += len(profile)
