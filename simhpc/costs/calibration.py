@@ -29,8 +29,8 @@
   points say a single call after a cache flush takes over repeated calls (a constant, for the
   BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us
   a call plus 16-26 us per MB on the 2-core Xeon reference, about twice a 64 x 4096 x 10 product's
-  warm time), less as the bytes moved since the previous product fill fewer of its cores'
-  private caches, but for the part the ``gemm_cold`` points right after a product of another layout
+  warm time), less as the bytes brought into its cores' private caches since the previous
+  product fill fewer of them, but for the part the ``gemm_cold`` points right after a product of another layout
   give its layout's kernels (10-11 us there), which counts the bytes since the previous product
   of its own layout (:mod:`simhpc.trace.product_reuse`); a calibration
   without them charges its bytes on the cold ``add`` curve less the same bytes on the warm one.
