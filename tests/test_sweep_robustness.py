@@ -226,3 +226,18 @@ def test_a_folder_in_place_of_the_store_is_named(tmp_path: Path):
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {tmp_path / 'out' / 'results.sqlite'}: not a file " \
                                     "(a sweep's result store is an SQLite file)"
+
+
+def test_a_point_too_large_for_the_host_is_an_error_that_says_so(tmp_path, monkeypatch):
+    """A run that exhausts the worker's memory is stored as an error naming the cause (as ``simhpc
+    run`` reports it), not as an empty ``MemoryError:``."""
+    import simhpc.runner
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(simhpc.runner, "simulate", exhausted)
+    plan = load_plan(write(tmp_path, {"seeds": [0]}))
+    outcome = worker.run_point(plan.points[0].data, "sweep.yaml")
+    assert outcome.status == "error"
+    assert outcome.error == "out of memory: too large to simulate on this machine (reduce the counts or sizes)"

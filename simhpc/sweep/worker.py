@@ -64,6 +64,9 @@ def run_point(data: dict[str, Any], source: str, outdir: str | None = None) -> R
         return RunOutcome(key, status, summary, None, time.perf_counter() - started)
     except SimhpcError as error:
         return RunOutcome(key, "error", None, str(error), time.perf_counter() - started)
+    except MemoryError:  # the point's size, not a simhpc bug (as ``simhpc run`` says it)
+        text = "out of memory: too large to simulate on this machine (reduce the counts or sizes)"
+        return RunOutcome(key, "error", None, text, time.perf_counter() - started)
     except Exception as error:
         text = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
         return RunOutcome(key, "error", None, text, time.perf_counter() - started)
