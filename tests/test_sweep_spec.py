@@ -99,6 +99,9 @@ def test_set_and_separate_spec_file(tmp_path):
     assert len(plan.points) == 6
     assert all(p.resolved["workload"]["iterations"] == 2 for p in plan.points)
     assert plan.describe()["sweep"] == {"zip": {"workload.algorithm": ["ring", "tree"]}, "seeds": [1, 2, 3]}
+    spec.write_text("# nothing yet\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"spec\.yaml: file is empty, expected a sweep spec mapping"):
+        load_plan(scenario, spec_file=spec)
 
 
 BAD_SPECS = [
@@ -136,6 +139,8 @@ BAD_SPECS = [
     # A mistake of the base scenario is not blamed on the swept path next to it.
     ("bad-base-beside-swept-path", {"grid": {"workload.size": ["1 MiB", "2 MiB"]}},
      ["--set", "workload.collective=allreduce"], ".yaml: workload.collective: Input should be"),
+    ("bad-set-value-is-named", {"grid": {"workload.size": ["1 MiB", "2 MiB"]}},
+     ["--set", "workload.collective=allreduce"], "(--set workload.collective=allreduce)"),
 ]
 
 

@@ -26,14 +26,15 @@ from simhpc.workloads.base import InvalidReference
 MAX_SCENARIO_BYTES = 16 * 2**20
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping from ``path``, with one-line errors for every way it can fail."""
+def read_yaml(path: str | Path, kind: str = "scenario") -> dict[str, Any]:
+    """Read a YAML mapping from ``path``, with one-line errors for every way it can fail
+    (``kind``: what the file holds, as the errors name it)."""
     source = str(path)
     file = Path(path)
     if not file.exists():
         raise ScenarioError(source, "", "no such file")
     if file.is_dir():
-        raise ScenarioError(source, "", "is a directory, expected a scenario file (.yaml)")
+        raise ScenarioError(source, "", f"is a directory, expected a {kind} file (.yaml)")
     if not file.is_file():
         raise ScenarioError(source, "", "not a regular file (a pipe or a device?)")
     try:
@@ -42,7 +43,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as error:
         raise ScenarioError(source, "", f"cannot read: {error.strerror}") from None
     if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(source, "", f"file is too large for a scenario (over {MAX_SCENARIO_BYTES} bytes)")
+        raise ScenarioError(source, "", f"file is too large for a {kind} (over {MAX_SCENARIO_BYTES} bytes)")
     if b"\x00" in raw:
         raise ScenarioError(source, "", "not a text file (binary content)")
     try:
@@ -50,7 +51,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ScenarioError(source, "", "not a UTF-8 text file") from None
     if not text.strip():
-        raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
+        raise ScenarioError(source, "", f"file is empty, expected a {kind} mapping")
     try:
         data = load_yaml(text)
     except yaml.YAMLError as error:
@@ -58,10 +59,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "invalid YAML"
         semantic = isinstance(error, (yaml.constructor.ConstructorError, ExpansionError))
-        kind = "YAML error" if semantic else "YAML syntax error"
-        raise ScenarioError(source, "", f"{kind}{where}: {problem}") from None
+        label = "YAML error" if semantic else "YAML syntax error"
+        raise ScenarioError(source, "", f"{label}{where}: {problem}") from None
     if data is None:
-        raise ScenarioError(source, "", "file is empty, expected a scenario mapping")
+        raise ScenarioError(source, "", f"file is empty, expected a {kind} mapping")
     if not isinstance(data, dict):
         raise ScenarioError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -129,7 +130,20 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> ScenarioBa
     source = str(path)
     data = read_yaml(path)
     data = with_overrides(data, overrides, source)
-    return scenario_from_dict(data, source)
+    try:
+        return scenario_from_dict(data, source)
+    except ScenarioError as error:
+        raise naming_override(error, overrides) from None
+
+
+def naming_override(error: ScenarioError, overrides: Iterable[str]) -> ScenarioError:
+    """``error`` with the ``--set`` that gave its field (or a section around it) its value, if one did."""
+    for text in reversed(list(overrides)):  # the last one of a path wins
+        path = text.split("=", 1)[0].strip()
+        if path and (error.path == path or error.path.startswith(path + ".")):
+            shown = text if len(text) <= 120 else text[:117] + "..."
+            return ScenarioError(error.source, error.path, f"{error.message} (--set {shown})")
+    return error
 
 
 def with_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from simhpc.errors import ScenarioError
 from simhpc.runner import build
-from simhpc.scenario.loader import read_yaml, scenario_from_dict, with_overrides
+from simhpc.scenario.loader import naming_override, read_yaml, scenario_from_dict, with_overrides
 from simhpc.scenario.overrides import OverrideError, set_override
 from simhpc.sweep.keys import resolved_scenario, run_key
 from simhpc.sweep.spec import SweepSpec, merge_grid, parse_spec
@@ -172,7 +172,10 @@ def plan_sweep(base: dict[str, Any], source: str, spec: SweepSpec, overrides: It
     seen: set[str] = set()
     for params, sections, seed in combinations(spec):
         data = _apply(base, params, sections, seed, source, spec_source)
-        scenario = _validate(data, params, sections, seed, source, spec_source, base)
+        try:
+            scenario = _validate(data, params, sections, seed, source, spec_source, base)
+        except ScenarioError as error:
+            raise naming_override(error, overrides) from None
         key = run_key(scenario)
         if key in seen:
             continue
@@ -199,7 +202,7 @@ def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterabl
     spec_source, raw = source, data.get("sweep")
     if spec_file is not None:
         spec_source = str(spec_file)
-        loaded = read_yaml(spec_file)
+        loaded = read_yaml(spec_file, "sweep spec")
         if "sweep" in loaded and len(loaded) > 1:
             extra = next(key for key in loaded if key != "sweep")
             raise ScenarioError(spec_source, str(extra), "unknown field: a spec file holds a 'sweep:' mapping "
