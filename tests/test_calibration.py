@@ -564,10 +564,11 @@ def test_host_warnings(cal_path: Path) -> None:
 
 
 def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each committed calibration is the default on the machine it measured (model, cores, flags and
     caches all alike); another machine gets the most like it (an AVX2 AMD guest with other caches an
-    EPYC's, an unknown AVX-512 Intel CPU the Xeon's with the nearer caches); $SIMHPC_CALIBRATION wins."""
+    EPYC's, an unknown AVX-512 Intel CPU the Xeon's with the nearer caches); $SIMHPC_CALIBRATION wins,
+    and an error about the file it names says so."""
     from simhpc.hardware.host import COMMITTED_CALIBRATION, _committed_hosts, default_calibration
 
     monkeypatch.delenv("SIMHPC_CALIBRATION", raising=False)
@@ -592,6 +593,14 @@ def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
         host_catalog_entries()
     with pytest.raises(CalibrationError, match=r"named by \$SIMHPC_CALIBRATION"):
         load_calibration()
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json", encoding="utf-8")
+    monkeypatch.setenv("SIMHPC_CALIBRATION", str(garbage))
+    with pytest.raises(HostFactsError, match=r"not a readable calibration JSON .*\(named by \$SIMHPC_CALIBRATION\)"):
+        host_catalog_entries()
+    garbage.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(HostFactsError, match=r"\(named by \$SIMHPC_CALIBRATION\)$"):
+        host_catalog_entries()
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,7 @@ def test_a_negative_duration_is_its_own_reason_naming_the_event(tmp_path: Path) 
     result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "negative duration" in lines[0] and "without numeric" not in lines[0]
+    assert len(lines) == 1 and "negative duration" in lines[0] and "without a numeric" not in lines[0]
 
 
 def test_improperly_nested_events_are_counted_in_a_note(tmp_path: Path) -> None:

@@ -103,7 +103,8 @@ def test_malformed_events_are_counted_not_dropped_silently() -> None:
     events = [_x("a", 0, 1), {"ph": "X", "name": "bad", "ts": "soon"}, 3]
     trace = parse_trace({"traceEvents": events}, "mem")
     assert len(trace.ops) == 1
-    assert trace.skipped == {"X event without numeric ts/dur": 1, "not an object": 1}
+    assert trace.skipped == {"X event without a numeric ts/dur (a number of microseconds up to 1e15)": 1,
+                             "not an object": 1}
 
 
 @pytest.mark.parametrize(

@@ -411,13 +411,17 @@ def host_catalog_entries(path: Path | None = None) -> dict[str, dict[str, Any]] 
         HostFactsError: the file exists but is not a readable calibration.
     """
     source = path or default_calibration()
+    from_env = path is None and bool(os.environ.get(CALIBRATION_ENV))
+    named = f" (named by ${CALIBRATION_ENV})" if from_env else ""
     if not source.exists():
-        if path is None and not os.environ.get(CALIBRATION_ENV):
+        if path is None and not from_env:
             return None
-        named = "" if path is not None else f" (named by ${CALIBRATION_ENV})"
         raise HostFactsError(f"{source}: no such calibration file{named}")
     try:
         data = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise HostFactsError(f"{source}: not a readable calibration JSON ({error})") from None
-    return catalog_entries(data, str(source))
+        raise HostFactsError(f"{source}: not a readable calibration JSON ({error}){named}") from None
+    try:
+        return catalog_entries(data, str(source))
+    except HostFactsError as error:
+        raise HostFactsError(f"{error}{named}") from None

@@ -196,7 +196,7 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             continue
         if phase == "X":
             if _number(event.get("ts")) is None or _number(event.get("dur")) is None:
-                skipped["X event without numeric ts/dur"] += 1
+                skipped["X event without a numeric ts/dur (a number of microseconds up to 1e15)"] += 1
                 continue
             if event["dur"] < 0:
                 negative = negative or (f"X event with a negative duration (the first: {event.get('name', '')!r}, "
@@ -209,7 +209,7 @@ def _complete_events(events: list[Any], skipped: Counter[str]) -> list[dict[str,
             complete.append(dict(event))
         elif phase == "B":
             if _number(event.get("ts")) is None:
-                skipped["B event without numeric ts"] += 1
+                skipped["B event without a numeric ts (a number of microseconds up to 1e15)"] += 1
                 continue
             open_spans.setdefault((event.get("pid"), event.get("tid")), []).append(event)
         elif phase == "E":
