@@ -141,8 +141,7 @@ def naming_override(error: ScenarioError, overrides: Iterable[str]) -> ScenarioE
     for text in reversed(list(overrides)):  # the last one of a path wins
         path = text.split("=", 1)[0].strip()
         if path and (error.path == path or error.path.startswith(path + ".")):
-            shown = text if len(text) <= 120 else text[:117] + "..."
-            return ScenarioError(error.source, error.path, f"{error.message} (--set {shown})")
+            return ScenarioError(error.source, error.path, f"{error.message} (--set {_shown(text)})")
     return error
 
 
@@ -153,6 +152,10 @@ def with_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) 
             path, value = parse_override(text)
             data = apply_override(data, path, value)
         except OverrideError as error:
-            shown = text if len(text) <= 120 else text[:117] + "..."
-            raise ScenarioError(source, error.path, f"{error} (--set {shown})") from None
+            raise ScenarioError(source, error.path, f"{error} (--set {_shown(text)})") from None
     return data
+
+
+def _shown(override: str) -> str:
+    """A ``--set`` as an error message quotes it: cut at 120 characters."""
+    return override if len(override) <= 120 else override[:117] + "..."

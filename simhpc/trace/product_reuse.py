@@ -16,8 +16,8 @@ Inside a training step a product finds neither state: what ran since decides how
   its packing buffers); another op only its tensors no op read within those caches' worth of
   bytes before (matched by element count, as below) and its output unless it writes in place:
   a recurrent cell's accumulation into a weight gradient the step before touched re-touches
-  lines already there. Counting every op's bytes charged a GRU's per-step products 30-65 us over
-  a 5-15 us measured excess (the Xeon reference; 576 KiB accumulations between them); its GEMM
+  lines already there. Counting every op's bytes charged a GRU's per-step products 19-64 us over
+  a 1-5 us measured excess (the Xeon reference; 576 KiB accumulations between them); its GEMM
   MAPE went 221 / 112 -> 109 / 57 % there, and the committed Zen 2 GRU's 60.9 / 44.3 -> 38.4 /
   14.5 %, the classifier heads moving 0-3 points. Counting only the new bytes of products too
   helped the GRU a little more (84 / 48 % on the Xeon) but hurt the classifier heads (its CNN
