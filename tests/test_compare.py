@@ -826,6 +826,12 @@ def test_compare_report_and_against(tmp_path: Path) -> None:
         runner.invoke(main, ["compare", str(_capture("mlp_t1")), "--against", str(_capture("mlp_t1")), "--json"]).stdout
     )
     assert all(row["diff_pct"] in (0.0, None) for row in itself["names"])
+    blocker = tmp_path / "a file"
+    blocker.write_text("in the way")
+    blocked = runner.invoke(main, ["compare", str(_capture("mlp_t1")), "-o", str(blocker)])
+    assert blocked.exit_code == 2
+    assert blocked.stderr.strip() == (f"error: {blocker}: cannot write the report "
+                                      "(a file is in the way of a folder to write)")
 
 
 def test_captures_from_two_processes_align_by_thread_order(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from simhpc.cli.main import PATH, user_errors
+from simhpc.cli.main import PATH, user_errors, write_refusal
 from simhpc.costs.benchsuite import MicrobenchError, load_suite
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings, load_calibration
@@ -294,7 +294,7 @@ def command(
                 outdir.mkdir(parents=True, exist_ok=True)
                 (outdir / "comparison.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
             except OSError as error:
-                raise CompareError(f"{outdir}: cannot write ({error.strerror or error})") from None
+                raise CompareError(f"{outdir}: cannot write ({write_refusal(error)})") from None
         if as_json:
             click.echo(json.dumps(result, indent=1))
         else:
@@ -368,7 +368,7 @@ def command(
         write_ops_csv(comparison, folder / "ops.csv")
         plot_comparison(comparison, folder / "predicted_vs_measured.png")
     except OSError as error:
-        raise CompareError(f"{folder}: cannot write the report ({error.strerror or error})") from None
+        raise CompareError(f"{folder}: cannot write the report ({write_refusal(error)})") from None
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return

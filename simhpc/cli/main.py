@@ -55,6 +55,13 @@ def fail(message: str) -> None:
     sys.exit(USER_ERROR)
 
 
+def write_refusal(error: OSError) -> str:
+    """Why the file system refused a write, in words (a file where a folder goes, no permission...)."""
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        return "a file is in the way of a folder to write"
+    return error.strerror or str(error)
+
+
 def user_errors(command: F) -> F:
     """Turn :class:`SimhpcError` raised by ``command`` into a one-line message and exit 2."""
 
@@ -67,10 +74,7 @@ def user_errors(command: F) -> F:
         except OSError as error:
             # The file system refused (a folder that is a file, no permission, disk full): one line.
             where = error.filename if error.filename is not None else ""
-            reason = error.strerror or str(error)
-            if isinstance(error, (FileExistsError, NotADirectoryError)):
-                reason = "a file is in the way of a folder to write"
-            fail(f"{where}{': ' if where else ''}{reason}")
+            fail(f"{where}{': ' if where else ''}{write_refusal(error)}")
         except MemoryError:
             # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.
             name = next((name for name in _INPUTS if kwargs.get(name)), None)
