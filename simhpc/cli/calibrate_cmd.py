@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simhpc.cli.main import PATH, user_errors
+from simhpc.cli.main import PATH, user_errors, write_refusal
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
 from simhpc.costs.calibration_merge import merge_calibrations
@@ -54,7 +54,7 @@ def _write(data: dict[str, Any], output: Path) -> None:
     try:
         write_calibration(data, output)
     except OSError as error:
-        raise MicrobenchError(f"{output}: cannot write ({error.strerror or error})") from None
+        raise MicrobenchError(f"{output}: cannot write ({write_refusal(error)})") from None
 
 
 @click.command("calibrate")
