@@ -170,3 +170,13 @@ def test_dry_run_lists_points_and_writes_nothing(tmp_path):
     assert result.output.splitlines()[0].startswith("4 runs")
     assert "workload.algorithm=tree, seed=1" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_run_refuses_a_malformed_sweep_section_naming_its_field(tmp_path):
+    path = write_scenario(tmp_path, {"grid": {"workload.size": "1 MiB"}})
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "sweep.grid.workload.size: expected a list of values" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+    good = write_scenario(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}}, "good.yaml")
+    assert CliRunner().invoke(main, ["run", str(good), "-o", str(tmp_path / "ok")]).exit_code == 0

@@ -126,12 +126,18 @@ def _check_gpu_node(scenario: ScenarioBase, catalog: Catalog, name: str, source:
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> ScenarioBase:
-    """Load, override and validate a scenario file."""
+    """Load, override and validate a scenario file, its ``sweep:`` section's shape included (a
+    run does not expand it, but a malformed one is still the file's mistake)."""
+    from simhpc.sweep.spec import parse_spec  # the sweep package builds on this module
+
     source = str(path)
     data = read_yaml(path)
     data = with_overrides(data, overrides, source)
     try:
-        return scenario_from_dict(data, source)
+        scenario = scenario_from_dict(data, source)
+        if "sweep" in data:
+            parse_spec(data["sweep"], source)
+        return scenario
     except ScenarioError as error:
         raise naming_override(error, overrides) from None
 

@@ -37,7 +37,7 @@ class ScenarioBase(Strict):
     network: NetworkConfig | None = None
     outputs: OutputsConfig = OutputsConfig()
     sweep: dict[str, Any] | None = None
-    """A sweep spec, read by ``simhpc sweep`` (ignored by ``simhpc run``)."""
+    """A sweep spec, expanded by ``simhpc sweep`` (``simhpc run`` only checks its shape)."""
 
 
 @cache
