@@ -601,6 +601,11 @@ def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
     garbage.write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(HostFactsError, match=r"\(named by \$SIMHPC_CALIBRATION\)$"):
         host_catalog_entries()
+    data = synthetic()
+    data["derived"]["cache_latency"]["L2"] = "fast"
+    garbage.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(HostFactsError, match=r"derived\.cache_latency\.L2: expected a number > 0, got 'fast'"):
+        host_catalog_entries()
 
 
 @pytest.mark.parametrize(
@@ -611,6 +616,8 @@ def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
         (lambda d: d["kernels"]["gemm"][2].update(blas="eigen"), "kernels.gemm.2.blas"),
         (lambda d: d.update(schema="chrome"), "not a simhpc calibration"),
         (lambda d: d["derived"].update(clock_hz=-1), "derived.clock_hz"),
+        (lambda d: d["derived"]["cache_latency"].update(L1D="fast"), "derived.cache_latency.L1D"),
+        (lambda d: d["derived"].update(peak_flops_per_core="x"), "derived.peak_flops_per_core: expected an object"),
         (lambda d: d["kernels"]["gemm"][3].pop("time_s"), "kernels.gemm.3.time_s"),
         (lambda d: d["kernels"].update(gemm=[]), "no GEMM points"),
         (lambda d: d["kernels"].update(bogus=[]), "unknown section"),

@@ -96,6 +96,8 @@ DERIVED_NUMBERS = (
     "memory_latency",
     "max_outstanding_misses",
 )
+DERIVED_TABLES = ("peak_flops_per_core", "cache_latency")
+"""Derived objects of name -> number (optional: files written before them lack them)."""
 
 
 class CalibrationError(SimhpcError):
@@ -213,6 +215,12 @@ def validate(data: Any, source: str) -> Calibration:
         raise _fail(source, "derived", "expected an object")
     for key in DERIVED_NUMBERS:
         _check_number(derived.get(key), source, f"derived.{key}")
+    for key in DERIVED_TABLES:
+        table = derived.get(key, {})
+        if not isinstance(table, Mapping):
+            raise _fail(source, f"derived.{key}", f"expected an object of numbers, got {table!r}")
+        for name, value in table.items():
+            _check_number(value, source, f"derived.{key}.{name}")
     kernels = data.get("kernels")
     if not isinstance(kernels, Mapping):
         raise _fail(source, "kernels", "expected an object of kernel sections")

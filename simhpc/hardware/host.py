@@ -294,10 +294,10 @@ def detect_host() -> HostFacts:
     )
 
 
-def _derived_number(derived: Mapping[str, Any], key: str, where: str) -> float:
-    value = derived.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise HostFactsError(f"{where}.derived.{key}: expected a number > 0, got {value!r}")
+def _derived_number(table: Mapping[str, Any], key: str, where: str) -> float:
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise HostFactsError(f"{where}.{key}: expected a number > 0, got {value!r}")
     return float(value)
 
 
@@ -319,13 +319,16 @@ def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
         raise HostFactsError(f"{where}: not a simhpc calibration (no 'derived' section)")
     facts = HostFacts.from_dict(data.get("host"), f"{where}: host")
     derived = data["derived"]
-    latencies = derived.get("cache_latency") if isinstance(derived.get("cache_latency"), Mapping) else {}
-    memory_latency = _derived_number(derived, "memory_latency", where)
+    latencies = derived.get("cache_latency", {})
+    if not isinstance(latencies, Mapping):
+        raise HostFactsError(f"{where}: derived.cache_latency: expected an object of seconds, got {latencies!r}")
+    memory_latency = _derived_number(derived, "memory_latency", f"{where}: derived")
     caches = [
         {
             "name": cache.name,
             "size": cache.size,
-            "latency": float(latencies.get(cache.name, memory_latency)),
+            "latency": _derived_number(latencies, cache.name, f"{where}: derived.cache_latency")
+            if cache.name in latencies else memory_latency,
             "shared": cache.shared_by > 1,
         }
         for cache in facts.caches
@@ -334,18 +337,18 @@ def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
     cpu = {
         "sockets": facts.sockets,
         "cores_per_socket": max(1, facts.cores // facts.sockets),
-        "clock": _derived_number(derived, "clock_hz", where),
+        "clock": _derived_number(derived, "clock_hz", f"{where}: derived"),
         "simd": {
             "isa": isa,
-            "width_bits": int(_derived_number(derived, "vector_bits", where)),
-            "fma_units": int(_derived_number(derived, "fma_units", where)),
+            "width_bits": int(_derived_number(derived, "vector_bits", f"{where}: derived")),
+            "fma_units": int(_derived_number(derived, "fma_units", f"{where}: derived")),
             "gather": isa in ("avx512", "avx2", "sve"),
             "half": list(native_half_types(facts.isa_flags)),
         },
         "caches": caches,
-        "memory_bandwidth": _derived_number(derived, "memory_bandwidth", where) / facts.sockets,
+        "memory_bandwidth": _derived_number(derived, "memory_bandwidth", f"{where}: derived") / facts.sockets,
         "memory_latency": memory_latency,
-        "max_outstanding_misses": int(_derived_number(derived, "max_outstanding_misses", where)),
+        "max_outstanding_misses": int(_derived_number(derived, "max_outstanding_misses", f"{where}: derived")),
         "source": f"measured by simhpc calibrate on '{facts.cpu_model}' ({Path(where).name})",
     }
     node = {
