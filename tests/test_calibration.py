@@ -842,6 +842,22 @@ def test_microbench_dispatch_costs_are_microseconds() -> None:
         assert rows[f"{what}_cold"]["time_s"] > rows[what]["time_s"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_microbench_training_step_transitions_grow_with_what_the_step_moves() -> None:
+    """Each transition of the profiled training loop is measured once a profiled step, at every
+    width; a wider model's step touches more bytes, and its transitions, whose code the step's
+    traffic evicts, take longer (30-80 us at width 64 against 120-380 us at 2048 on the Xeon guest)."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    dispatch = load_submodule("dispatch")
+    narrow, wide = min(dispatch.TRAINING_WIDTHS), max(dispatch.TRAINING_WIDTHS)
+    for what in dispatch.TRANSITIONS:
+        rows = [dispatch.measure_transition(what, width) for width in (narrow, wide)]
+        assert all(row["samples"] == dispatch.TRAINING_STEPS and 1e-6 < row["time_s"] < 10e-3 for row in rows)
+        assert rows[1]["step_bytes"] > 50 * rows[0]["step_bytes"]
+        assert rows[1]["time_s"] > rows[0]["time_s"], what
+
+
 def test_microbench_repeats_give_way_to_the_deadline() -> None:
     """A repeat its first round says would end past the deadline is skipped; the point stays."""
     from simhpc.costs.benchsuite import load_submodule

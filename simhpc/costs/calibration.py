@@ -382,7 +382,14 @@ class CalibratedEfficiency:
         self._cold_product = cold_product_fits(cal.rows("gemm_cold"), self.blas)
         self._path_constant = path_constants(cal.rows("gemm_cold"), self.blas)
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
-        self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch")}
+        self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
+        self._transitions: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        """A training step's framework transitions: what -> sorted (bytes the step touched, seconds)."""
+        for row in cal.rows("dispatch"):
+            if "step_bytes" in row:
+                self._transitions[row["what"]].append((float(row["step_bytes"]), row["time_s"]))
+        for points in self._transitions.values():
+            points.sort()
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
         self._cheapest_call: dict[str, float] = {}
         """Threads -> the fastest measured ATen call (a framework op or a torch product)."""
@@ -769,6 +776,18 @@ class CalibratedEfficiency:
         computes nothing; ``call_gap`` / ``engine_gap``: the time between two top-level ops that
         Python / the autograd engine calls); 0 without ``dispatch`` points."""
         return self._dispatch_s.get(what, 0.0)
+
+    def framework_transition_s(self, what: str, step_bytes: float) -> float | None:
+        """A training step's framework transition ``what`` (``step_start``, ``backward_entry``,
+        ``backward_exit``: :func:`~simhpc.trace.compare.transition_before`) in a step whose ops
+        touch ``step_bytes``: interpolated in log bytes between the profiled training loops of
+        several model widths, whose code each transition runs once a step and so finds evicted by
+        what the step moved (flat beyond them); None without such points."""
+        points = self._transitions.get(what)
+        if not points:
+            return None
+        sizes = [math.log(max(nbytes, 1.0)) for nbytes, _ in points]
+        return float(np.interp(math.log(max(step_bytes, 1.0)), sizes, [seconds for _, seconds in points]))
 
     def first_touch_s(self, nbytes: float, threads: int) -> float:
         """Seconds the page faults of a first write into ``nbytes`` of freshly mapped memory take

@@ -238,6 +238,8 @@ def validate(data: Any, source: str) -> Calibration:
                         raise _fail(source, f"kernels.{section}.{i}.{key}", f"expected a string, got {row.get(key)!r}")
                 else:
                     _check_number(row.get(key), source, f"kernels.{section}.{i}.{key}")
+            if section == "dispatch" and "step_bytes" in row:
+                _check_number(row["step_bytes"], source, f"kernels.dispatch.{i}.step_bytes")
             if section == "gemm" and row.get("layout", "nn") not in LAYOUTS:
                 raise _fail(
                     source,

@@ -272,16 +272,54 @@ def _wrappers_doing_own_work(trace: Trace) -> set[tuple[str, str]]:
     return {key for key, seconds in own.items() if seconds > WRAPPER_SELF_SHARE * total[key]}
 
 
+def top_level_ops(trace: Trace) -> list[OpRecord]:
+    """The framework ops no other framework op encloses (within the profiler steps, if any), by start."""
+    return in_time_order(op for op in trace.ops if op.kind in FRAMEWORK_KINDS
+                         and (op.step is not None or not trace.steps) and outermost(trace, op))
+
+
+def transition_before(trace: Trace, previous: OpRecord | None, op: OpRecord) -> str | None:
+    """Which of a training step's framework transitions the gap before the top-level ``op`` is:
+    ``step_start`` (the first op of a profiler step), ``backward_entry`` (the first op the autograd
+    engine runs after ops Python called: ``loss.backward()`` setting up its graph task) or
+    ``backward_exit`` (the first op Python calls after the engine's: the backward's end and, in a
+    training loop, the optimizer's own code before its first op); None for any other gap."""
+    if previous is None or previous.step != op.step:
+        return "step_start" if trace.steps else None
+    by_engine = engine_called(trace, op)
+    if by_engine != engine_called(trace, previous):
+        return "backward_entry" if by_engine else "backward_exit"
+    return None
+
+
+def step_footprints(trace: Trace, kernels: dict[int, Kernel], top: list[OpRecord]) -> dict[int | None, float]:
+    """Per profiler step (None: a trace without steps), the bytes its top-level ops touched
+    (:class:`~simhpc.trace.framework_costs.Footprint` of each, summed)."""
+    touched = subtree_footprint(trace, kernels, top)
+    steps: dict[int | None, float] = defaultdict(float)
+    for op in top:
+        steps[op.step] += touched[op.index]
+    return dict(steps)
+
+
 def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
     """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
-    cold by the distinct tensors the top-level op before it touched (:mod:`simhpc.trace.framework_costs`)."""
-    top = in_time_order(op for op in trace.ops if op.kind in FRAMEWORK_KINDS
-                        and (op.step is not None or not trace.steps) and outermost(trace, op))
-    touched = subtree_footprint(trace, {p.op.index: p.kernel for p in predictions if p.kernel is not None}, top)
-    total, before = 0.0, math.inf
+    cold by the distinct tensors the top-level op before it touched (:mod:`simhpc.trace.framework_costs`);
+    a step's transitions (:func:`transition_before`) by the bytes the whole step touched, since their
+    code runs once a step (``framework_transition_s``), where the calibration has them."""
+    top = top_level_ops(trace)
+    kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
+    touched = subtree_footprint(trace, kernels, top)
+    per_step = step_footprints(trace, kernels, top)
+    transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, step_bytes: None)
+    total, before, previous = 0.0, math.inf, None
     for op in top:
-        total += cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
-        before = touched[op.index]
+        transition = transition_before(trace, previous, op)
+        charged = transition_s(transition, per_step[op.step]) if transition else None
+        if charged is None:
+            charged = cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
+        total += charged
+        before, previous = touched[op.index], op
     return total
 
 

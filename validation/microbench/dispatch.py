@@ -17,6 +17,16 @@ requires its gradient (``mul``, ``relu``), then its backward, and reads its own 
   that moved megabytes and so pushed the interpreter's and the dispatcher's state out of the
   core's private caches (on the Xeon reference 5.2, 25 and 48 us against 0.4, 1.5 and 3.9).
 
+A training step also holds three transitions, each once a step: its start (the profiler's step
+mark to its first op: the loop's own code, ``zero_grad``), the backward's entry (``loss.backward()``
+to the first op the autograd engine runs) and its exit (the engine's last op to the next op Python
+calls: the graph's release and the optimizer's code before its first op). Their code runs once a
+step, so the whole step's traffic has evicted it, and they grow with what the step moved: in an
+MLP training loop on the Xeon reference from 39 / 27 / 72 us at width 64 to 180 / 133 / 439 us at
+width 2048. ``measure_transition`` profiles such a loop (``TRAINING_WIDTHS``) and keeps, per
+transition and width, the median and the bytes a step touched (``step_bytes``, counted as
+``simhpc compare`` counts them).
+
 Skipped without torch.
 """
 
@@ -35,6 +45,13 @@ CALLS = 500
 SWEEP_BYTES = 16 << 20
 """Filled between the ops of the cold loop: 8x the 2 MiB private L2 of the Xeon reference."""
 WHAT = ("no_kernel_op", "call_gap", "engine_gap", "no_kernel_op_cold", "call_gap_cold", "engine_gap_cold")
+TRANSITIONS = ("step_start", "backward_entry", "backward_exit")
+TRAINING_WIDTHS = (64, 512, 2048)
+"""Widths of the profiled MLP training loop (four ``Linear(w, w)`` + ReLU, batch ``TRAINING_BATCH``,
+SGD): steps touching about 2 MB, 26 MB and 290 MB."""
+TRAINING_BATCH = 128
+TRAINING_STEPS = 12
+"""Profiled steps per width (after three unprofiled steps and the profiler's warm-up one)."""
 
 
 @cache
@@ -124,3 +141,65 @@ def measure_dispatch(what: str) -> dict:
     quartiles = statistics.quantiles(values, n=4)
     return {"library": "torch", "what": what, "threads": 1, "time_s": statistics.median(values),
             "spread_s": (quartiles[2] - quartiles[0]) / 2, "samples": len(values)}
+
+
+@cache
+def _profiled_transitions(width: int) -> tuple[float, dict[str, list[float]]]:
+    """(median bytes a step touched, transition -> its gaps in seconds) of an MLP training loop of
+    ``width``, profiled as ``validation/traces/capture.py`` profiles its models."""
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from simhpc.trace.compare import FRAMEWORK_KINDS, step_footprints, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.readers import read_trace
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(width, width), nn.ReLU())])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(TRAINING_BATCH, width), torch.randn(TRAINING_BATCH, width)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    with torch_threads(1):
+        for _ in range(2):
+            step()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
+                     schedule=schedule(wait=1, warmup=1, active=TRAINING_STEPS, repeat=1)) as prof:
+            for _ in range(TRAINING_STEPS + 2):
+                step()
+                prof.step()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "training.json"
+            prof.export_chrome_trace(str(path))
+            trace = read_trace(path)
+    kernels = {}
+    for op in trace.ops:
+        if op.kind in FRAMEWORK_KINDS and op.step is not None:
+            kernel = traced_kernel(trace, op).kernel
+            if kernel is not None:
+                kernels[op.index] = kernel
+    top = top_level_ops(trace)
+    starts = {step.number: step.start for step in trace.steps}
+    gaps: dict[str, list[float]] = {what: [] for what in TRANSITIONS}
+    previous = None
+    for op in top:
+        what = transition_before(trace, previous, op)
+        if what is not None:
+            gaps[what].append(op.start - (starts[op.step] if what == "step_start" else previous.end))
+        previous = op
+    return statistics.median(step_footprints(trace, kernels, top).values()), gaps
+
+
+def measure_transition(what: str, width: int) -> dict:
+    """One of ``TRANSITIONS`` in the training loop of ``width``: its median over the profiled
+    steps, with the spread (half the IQR) and the bytes a step touched."""
+    step_bytes, gaps = _profiled_transitions(width)
+    values = sorted(gaps[what])
+    quartiles = statistics.quantiles(values, n=4)
+    return {"library": "torch", "what": what, "threads": 1, "width": width, "step_bytes": step_bytes,
+            "time_s": statistics.median(values), "spread_s": (quartiles[2] - quartiles[0]) / 2,
+            "samples": len(values)}

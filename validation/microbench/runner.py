@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 22
+SUITE_VERSION = 23
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -124,6 +124,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     if framework.available():
         for what in dispatch.WHAT:
             tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
+        for width in dispatch.TRAINING_WIDTHS:
+            for what in dispatch.TRANSITIONS:
+                call = partial(dispatch.measure_transition, what, width)
+                tasks.append(Task("dispatch", f"dispatch {what} in a training step, width {width}", call))
         for t in threads:
             for op in framework.POOLS:
                 for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
