@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -38,13 +39,17 @@ def default_cost_model() -> CostModel:
     (:func:`~simhpc.hardware.host.default_calibration`: the committed one of this kind of machine)
     for the host CPU and the CPUs its fractions transfer
     to; GPUs, and every device when no calibration is committed, use :class:`ConstantEfficiency`.
+    A file ``$SIMHPC_CALIBRATION`` names that is not a valid calibration is an error.
     """
     from simhpc.costs.calibration import CalibratedEfficiency
     from simhpc.costs.calibration_file import CalibrationError, load_calibration
+    from simhpc.hardware.host import CALIBRATION_ENV
 
     try:
         return CostModel(CalibratedEfficiency(load_calibration()))
-    except CalibrationError:
+    except CalibrationError as error:
+        if os.environ.get(CALIBRATION_ENV):  # the user's file: say what is wrong with it
+            raise CalibrationError(f"{error} (named by ${CALIBRATION_ENV})") from None
         return CostModel()
 
 

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -637,6 +638,35 @@ def test_malformed_calibrations(mutate, message: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["host"]["caches"][0].update(shared_by="fast"), "host.caches.0"),
+        (lambda d: d["host"].update(nominal_clock_hz=-1.0), "host.nominal_clock_hz"),
+        (lambda d: d.update(fingerprint={"isa_flags": [0]}), "fingerprint.isa_flags: expected a list of strings"),
+        (lambda d: d["kernels"]["gemm"][0].update(dtype="fast"), "kernels.gemm.0.dtype: unknown dtype 'fast'"),
+        (lambda d: d["kernels"]["gemm"][0].update(layout="xx"), "kernels.gemm.0.layout"),
+        (lambda d: d["kernels"]["gemm_cold"][0].update(batch=1e308), "kernels.gemm_cold.0.batch: expected an integer"),
+        (lambda d: d["kernels"]["gemm_cold"][0].update(blas="eigen"), "kernels.gemm_cold.0.blas"),
+        (lambda d: d["kernels"]["conv"][0].update(image=0), "kernels.conv.0.image"),
+        (lambda d: d["kernels"]["conv"][0].update(stride=None), "kernels.conv.0.stride"),
+        (lambda d: d["kernels"]["framework"][0].update(window=None), "kernels.framework.0.window"),
+        (lambda d: d["kernels"]["framework"][0].update(input=[]), "kernels.framework.0.input"),
+        (lambda d: d["kernels"]["elementwise"][0].update(cache="tepid"), "kernels.elementwise.0.cache"),
+        (lambda d: d["kernels"]["dispatch"][0].update(step_bytes=-1), "kernels.dispatch.0.step_bytes"),
+    ],
+)
+def test_malformed_fields_the_cost_model_reads(mutate, message: str) -> None:
+    """Every field the catalog or the cost model reads, optional ones included, is checked where the
+    file is read (each of these raised a TypeError or ValueError traceback from the cost model)."""
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
+
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    mutate(data)
+    with pytest.raises(CalibrationError, match=re.escape(message)):
+        validate(data, "cal.json")
+
+
+@pytest.mark.parametrize(
     "content, message",
     [
         (b"", "not valid JSON"),
@@ -661,6 +691,28 @@ def test_cli_bad_calibration_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.output.startswith("error: ") and result.output.count("\n") == 1
     missing = CliRunner().invoke(main, ["compare", str(trace), "--calibration", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "no such calibration file" in missing.output
+
+
+def test_run_refuses_a_bad_calibration_that_simhpc_calibration_names(tmp_path: Path, monkeypatch) -> None:
+    """A run used to fall back to constant efficiencies without a word when the file
+    ``$SIMHPC_CALIBRATION`` names did not validate; it is the user's file, so it is an error."""
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
+    from simhpc.runner import default_cost_model
+
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    data["kernels"]["conv"][0]["image"] = 0
+    bad = tmp_path / "mine.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    monkeypatch.setenv("SIMHPC_CALIBRATION", str(bad))
+    default_cost_model.cache_clear()
+    try:
+        result = CliRunner().invoke(main, ["run", str(ROOT / "scenarios" / "allreduce_single_node.yaml"),
+                                           "-o", str(tmp_path / "out")])
+    finally:
+        default_cost_model.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"error: {bad}: kernels.conv.0.image: expected a list of integers > 0, "
+                                     "got 0 (named by $SIMHPC_CALIBRATION)")
 
 
 def test_cli_foreign_calibration_warns(tmp_path: Path, cal_path: Path) -> None:

@@ -172,6 +172,15 @@ def _check_provenance(data: Mapping[str, Any], source: str) -> None:
     for key in ("microbench", "probes", "fingerprint"):
         if key in data and not isinstance(data[key], Mapping):
             raise _fail(source, key, f"expected an object, got {type(data[key]).__name__}")
+    fingerprint = data.get("fingerprint") or {}
+    if "cpu_model" in fingerprint and not isinstance(fingerprint["cpu_model"], str):
+        raise _fail(source, "fingerprint.cpu_model", f"expected a string, got {fingerprint['cpu_model']!r}")
+    cores = fingerprint.get("cores", 1)
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise _fail(source, "fingerprint.cores", f"expected an integer >= 1, got {cores!r}")
+    flags = fingerprint.get("isa_flags", [])
+    if not isinstance(flags, list) or not all(isinstance(flag, str) for flag in flags):
+        raise _fail(source, "fingerprint.isa_flags", f"expected a list of strings, got {flags!r}")
     microbench = data.get("microbench") or {}
     suite = microbench.get("suite_version")
     if suite is not None and (isinstance(suite, bool) or not isinstance(suite, int)):
@@ -189,6 +198,46 @@ def _check_provenance(data: Mapping[str, Any], source: str) -> None:
             raise _fail(source, f"probes.{name}", f"expected an object, got {type(probe).__name__}")
         if probe.get(reading) is not None:
             _check_number(probe[reading], source, f"probes.{name}.{reading}")
+
+
+OPTIONAL_COUNTS = ("threads", "batch", "stride", "taps", "groups")
+"""Row fields the cost model reads where a row has them: integers from 1 to ``MAX_COUNT``."""
+MAX_COUNT = 2**53
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT
+
+
+def _positive_ints(value: Any) -> bool:
+    return isinstance(value, list) and all(_count(item) for item in value)
+
+
+def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, where: str) -> None:
+    """The fields a row may have that the cost model reads: its dtype, cache state and shapes."""
+    for key in OPTIONAL_COUNTS:
+        if key in row and not _count(row[key]):
+            raise _fail(source, f"{where}.{key}", f"expected an integer from 1 to 2^53, got {row[key]!r}")
+    if "step_bytes" in row:
+        _check_number(row["step_bytes"], source, f"{where}.step_bytes")
+    if "dtype" in row and row["dtype"] not in DTYPE_BITS:
+        raise _fail(source, f"{where}.dtype", f"unknown dtype {row['dtype']!r} (known: {', '.join(DTYPE_BITS)})")
+    if "cache" in row and row["cache"] not in ("warm", "cold"):
+        raise _fail(source, f"{where}.cache", f"expected 'warm' or 'cold', got {row['cache']!r}")
+    if section == "conv" and "image" in row and not _positive_ints(row["image"]):
+        raise _fail(source, f"{where}.image", f"expected a list of integers > 0, got {row['image']!r}")
+    if section == "framework":
+        if "input" in row and not (_positive_ints(row["input"]) and len(row["input"]) >= 2):
+            raise _fail(source, f"{where}.input", f"expected a shape (integers > 0, at least 2), got {row['input']!r}")
+        window = row.get("window")
+        if "window" in row and not (
+            isinstance(window, list) and len(window) == 3 and _positive_ints(window[:2])
+            and (window[2] == 0 or _count(window[2]))
+        ):
+            raise _fail(source, f"{where}.window",
+                        f"expected [window, stride, padding] (integers, padding >= 0), got {window!r}")
+        if "window" in row and "input" not in row:
+            raise _fail(source, f"{where}.input", "a pooling point with a window needs its input shape")
 
 
 def validate(data: Any, source: str) -> Calibration:
@@ -238,12 +287,11 @@ def validate(data: Any, source: str) -> Calibration:
                         raise _fail(source, f"kernels.{section}.{i}.{key}", f"expected a string, got {row.get(key)!r}")
                 else:
                     _check_number(row.get(key), source, f"kernels.{section}.{i}.{key}")
-            if section == "dispatch" and "step_bytes" in row:
-                _check_number(row["step_bytes"], source, f"kernels.dispatch.{i}.step_bytes")
-            if section == "gemm" and row.get("layout", "nn") not in LAYOUTS:
+            _check_optional_fields(row, section, source, f"kernels.{section}.{i}")
+            if section in ("gemm", "gemm_cold") and row.get("layout", "nn") not in LAYOUTS:
                 raise _fail(
                     source,
-                    f"kernels.gemm.{i}.layout",
+                    f"kernels.{section}.{i}.layout",
                     f"unknown operand layout {row.get('layout')!r} (known: {', '.join(LAYOUTS)})",
                 )
             if section == "gemm" and row.get("interleaved", "") not in INTERLEAVED:
@@ -253,10 +301,10 @@ def validate(data: Any, source: str) -> Calibration:
                     f"unknown interleaved operands {row.get('interleaved')!r} "
                     f"(known: {', '.join(map(repr, INTERLEAVED))})",
                 )
-            if section == "gemm" and row.get("blas", "numpy") not in GEMM_BACKENDS:
+            if section in ("gemm", "gemm_cold") and row.get("blas", "numpy") not in GEMM_BACKENDS:
                 raise _fail(
                     source,
-                    f"kernels.gemm.{i}.blas",
+                    f"kernels.{section}.{i}.blas",
                     f"unknown GEMM backend {row.get('blas')!r} (known: {', '.join(GEMM_BACKENDS)})",
                 )
     if not kernels.get("gemm"):

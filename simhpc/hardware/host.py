@@ -169,17 +169,26 @@ class HostFacts:
                 raise HostFactsError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
             return value
 
+        def positive_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
         flags = get("isa_flags", list)
+        if not all(isinstance(flag, str) for flag in flags):
+            raise HostFactsError(f"{where}.isa_flags: expected a list of strings, got {flags!r}")
         caches = []
         for i, cache in enumerate(get("caches", list)):
             if (
                 not isinstance(cache, Mapping)
                 or not isinstance(cache.get("name"), str)
-                or not isinstance(cache.get("size"), int)
-                or cache["size"] <= 0
+                or not positive_int(cache.get("size"))
+                or not positive_int(cache.get("shared_by", 1))
             ):
-                raise HostFactsError(f"{where}.caches.{i}: expected {{name, size, shared_by}}, got {cache!r}")
-            caches.append(CacheInfo(cache["name"], cache["size"], int(cache.get("shared_by", 1))))
+                raise HostFactsError(f"{where}.caches.{i}: expected {{name, size, shared_by}} (sizes and "
+                                     f"sharing cores integers > 0), got {cache!r}")
+            caches.append(CacheInfo(cache["name"], cache["size"], cache.get("shared_by", 1)))
+        clock = get("nominal_clock_hz", (int, float))
+        if not 0 < clock < math.inf:
+            raise HostFactsError(f"{where}.nominal_clock_hz: expected a number > 0, got {clock!r}")
         facts = cls(
             get("cpu_model", str),
             get("vendor", str),
@@ -187,8 +196,8 @@ class HostFacts:
             get("logical_cpus", int),
             get("cores", int),
             get("sockets", int),
-            float(get("nominal_clock_hz", (int, float))),
-            tuple(str(f) for f in flags),
+            float(clock),
+            tuple(flags),
             tuple(caches),
             get("memory_bytes", int),
         )
