@@ -661,6 +661,44 @@ def test_a_training_steps_transitions_take_their_profiled_costs_by_the_bytes_the
     assert before.call_gaps_s == pytest.approx(4 * 3e-6 + 2 * 10e-6)
 
 
+def test_a_second_backward_in_a_step_pays_for_the_bytes_since_the_first() -> None:
+    """With gradient accumulation a step runs several backwards: each transition after the first
+    of its kind is charged by the bytes the ops touched since that kind last ran, not the step's."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import host_specs, validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
+
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    data["kernels"]["dispatch"] = [{"what": what, "threads": 1, "step_bytes": nbytes, "time_s": nbytes * 1e-12}
+                                   for what in ("step_start", "backward_entry", "backward_exit")
+                                   for nbytes in (1e3, 1e9)]  # linear in log bytes: 1 ns .. 1 ms
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    cpu, _ = host_specs(efficiency.calibration)
+
+    def op(name: str, ts: int, dims: list, dur: int = 5) -> dict:
+        return {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op",
+                "args": {"Input Dims": dims, "Input type": ["float"] * len(dims)}}
+
+    def backward(ts: int, dims: list) -> list[dict]:
+        return [op("autograd::engine::evaluate_function: ReluBackward0", ts, [], dur=50),
+                op("aten::threshold_backward", ts + 10, dims)]
+
+    big, small = [[1024, 1024]], [[16, 16]]
+    events = [{"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 2000, "cat": "user_annotation"},
+              op("aten::relu", 10, big), *backward(100, big), op("aten::relu", 200, small), *backward(300, small),
+              op("aten::add_", 400, small)]
+    result = compare_trace(parse_trace({"traceEvents": events}, "accumulate"), CostModel(efficiency), cpu, 1)
+    size = {"big": 4 * 1024 * 1024, "small": 4 * 256}
+    step = 2 * size["big"] + 3 * size["small"]
+    cost = efficiency.framework_transition_s
+    expected = (cost("step_start", step) + cost("backward_entry", step) + cost("backward_exit", step)
+                + cost("backward_entry", size["big"] + size["small"])  # its threshold_backward, then the relu
+                + cost("backward_exit", 2 * size["small"]))
+    assert result.call_gaps_s == pytest.approx(expected)
+    assert cost("backward_exit", 2 * size["small"]) < cost("backward_entry", size["big"] + size["small"]) < cost(
+        "backward_entry", step)
+
+
 def test_every_profiled_training_step_has_one_of_each_transition() -> None:
     """In a captured training step: one start, one backward entry and one backward exit (the
     optimizer's first op), and the step's bytes are counted from its ops' shapes."""

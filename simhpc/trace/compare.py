@@ -305,20 +305,28 @@ def step_footprints(trace: Trace, kernels: dict[int, Kernel], top: list[OpRecord
 def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
     """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
     cold by the distinct tensors the top-level op before it touched (:mod:`simhpc.trace.framework_costs`);
-    a step's transitions (:func:`transition_before`) by the bytes the whole step touched, since their
-    code runs once a step (``framework_transition_s``), where the calibration has them."""
+    a step's transitions (:func:`transition_before`), where the calibration has them
+    (``framework_transition_s``), by the bytes the ops touched since the same transition last ran
+    its code: a step's worth in a plain training loop, less where a step runs several backwards (for
+    the first of each, its step's bytes: the step before the trace was like it)."""
     top = top_level_ops(trace)
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     touched = subtree_footprint(trace, kernels, top)
     per_step = step_footprints(trace, kernels, top)
     transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, step_bytes: None)
+    since: dict[str, float] = {}
     total, before, previous = 0.0, math.inf, None
     for op in top:
         transition = transition_before(trace, previous, op)
-        charged = transition_s(transition, per_step[op.step]) if transition else None
+        charged = None
+        if transition:
+            charged = transition_s(transition, since.get(transition, per_step[op.step]))
+            since[transition] = 0.0
         if charged is None:
             charged = cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
         total += charged
+        for what in since:
+            since[what] += touched[op.index]
         before, previous = touched[op.index], op
     return total
 
