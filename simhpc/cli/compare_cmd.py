@@ -108,7 +108,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"({100 * outside / comparison.measured_step_s:.1f} % of it: Python and framework time between "
             f"ops); predicted {format_time(comparison.call_gaps_s)}, a calibrated gap per top-level op "
             "(between two calls from Python or from the autograd engine; a step's start and its backward's "
-            "entry and exit by the bytes the step moves)"
+            "entry and exit by the bytes moved since they last ran)"
         )
     if comparison.first_touch_step_s > 0:
         fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
