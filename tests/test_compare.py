@@ -703,6 +703,7 @@ def test_every_profiled_training_step_has_one_of_each_transition() -> None:
     """In a captured training step: one start, one backward entry and one backward exit (the
     optimizer's first op), and the step's bytes are counted from its ops' shapes."""
     from simhpc.trace.compare import step_footprints, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.framework_costs import subtree_footprint
 
     trace = read_trace(next(CAPTURES.glob("cnn_t1.json*")))
     top = top_level_ops(trace)
@@ -718,7 +719,7 @@ def test_every_profiled_training_step_has_one_of_each_transition() -> None:
             "step_start", "backward_entry", "backward_exit"]
     assert {name for _, what, name in seen if what == "backward_exit"} == {"aten::add_"}
     kernels = {op.index: traced_kernel(trace, op).kernel for op in trace.ops if op.step is not None}
-    per_step = step_footprints(trace, {i: k for i, k in kernels.items() if k is not None}, top)
+    per_step = step_footprints(top, subtree_footprint(trace, {i: k for i, k in kernels.items() if k is not None}, top))
     assert set(per_step) == {step.number for step in trace.steps}
     assert all(50e6 < nbytes < 200e6 for nbytes in per_step.values())  # a CNN step on 64 32x32 images
 

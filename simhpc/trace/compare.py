@@ -292,10 +292,9 @@ def transition_before(trace: Trace, previous: OpRecord | None, op: OpRecord) -> 
     return None
 
 
-def step_footprints(trace: Trace, kernels: dict[int, Kernel], top: list[OpRecord]) -> dict[int | None, float]:
+def step_footprints(top: list[OpRecord], touched: dict[int, float]) -> dict[int | None, float]:
     """Per profiler step (None: a trace without steps), the bytes its top-level ops touched
-    (:class:`~simhpc.trace.framework_costs.Footprint` of each, summed)."""
-    touched = subtree_footprint(trace, kernels, top)
+    (``touched``: :func:`~simhpc.trace.framework_costs.subtree_footprint` of each, summed)."""
     steps: dict[int | None, float] = defaultdict(float)
     for op in top:
         steps[op.step] += touched[op.index]
@@ -312,7 +311,7 @@ def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) 
     top = top_level_ops(trace)
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     touched = subtree_footprint(trace, kernels, top)
-    per_step = step_footprints(trace, kernels, top)
+    per_step = step_footprints(top, touched)
     transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, step_bytes: None)
     since: dict[str, float] = {}
     total, before, previous = 0.0, math.inf, None

@@ -152,6 +152,7 @@ def _profiled_transitions(width: int) -> tuple[float, dict[str, list[float]]]:
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from simhpc.trace.compare import FRAMEWORK_KINDS, step_footprints, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.framework_costs import subtree_footprint
     from simhpc.trace.readers import read_trace
 
     torch.manual_seed(0)
@@ -191,7 +192,7 @@ def _profiled_transitions(width: int) -> tuple[float, dict[str, list[float]]]:
         if what is not None:
             gaps[what].append(op.start - (starts[op.step] if what == "step_start" else previous.end))
         previous = op
-    return statistics.median(step_footprints(trace, kernels, top).values()), gaps
+    return statistics.median(step_footprints(top, subtree_footprint(trace, kernels, top)).values()), gaps
 
 
 def measure_transition(what: str, width: int) -> dict:
