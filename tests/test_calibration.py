@@ -898,7 +898,8 @@ def test_microbench_dispatch_costs_are_microseconds() -> None:
 def test_microbench_training_step_transitions_grow_with_what_the_step_moves() -> None:
     """Each transition of the profiled training loop is measured once a profiled step, at every
     width; a wider model's step touches more bytes, and its transitions, whose code the step's
-    traffic evicts, take longer (30-80 us at width 64 against 120-380 us at 2048 on the Xeon guest)."""
+    traffic evicts, take longer (30-80 us at width 64 against 120-430 us at 2048 on the Xeon guest);
+    a deeper one's too (270-1160 us at 128 layers)."""
     from simhpc.costs.benchsuite import load_submodule
 
     dispatch = load_submodule("dispatch")
@@ -908,6 +909,9 @@ def test_microbench_training_step_transitions_grow_with_what_the_step_moves() ->
         assert all(row["samples"] == dispatch.TRAINING_STEPS and 1e-6 < row["time_s"] < 10e-3 for row in rows)
         assert rows[1]["step_bytes"] > 50 * rows[0]["step_bytes"]
         assert rows[1]["time_s"] > rows[0]["time_s"], what
+        deep = dispatch.measure_transition(what, narrow, max(dispatch.TRAINING_DEPTHS))
+        assert deep["parameters"] == 2 * max(dispatch.TRAINING_DEPTHS) and deep["graph_nodes"] > deep["parameters"]
+        assert deep["time_s"] > 2 * rows[0]["time_s"], what  # zero_grad, the engine and the optimizer visit more
 
 
 def test_microbench_repeats_give_way_to_the_deadline() -> None:

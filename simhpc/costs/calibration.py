@@ -72,7 +72,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -246,6 +246,59 @@ def _set_conflicts(rows: int, item_bytes: int) -> bool:
     return (rows * item_bytes) % 128 == 0
 
 
+TRANSITION_COUNTS = {"step_start": "parameters", "backward_entry": "graph_nodes", "backward_exit": "parameters"}
+"""What each transition's own work grows with beyond its code's eviction: ``zero_grad`` and the
+optimizer's set-up visit every parameter tensor; the engine's set-up walks the autograd graph."""
+
+
+@dataclass(frozen=True)
+class TransitionCurves:
+    """A transition's cost from the profiled training loops: its code evicted by the bytes moved
+    since it last ran (the width sweep, at the fewest layers: interpolated in log bytes, flat
+    beyond), plus its own work over what that sweep's graph holds (the depth sweep, at the
+    narrowest width: its excess over the width curve, linear in the parameter or node count of
+    :data:`TRANSITION_COUNTS`, 0 below the width sweep's count and extended with the last slope
+    above the deepest loop)."""
+
+    key: str
+    log_bytes: tuple[float, ...]
+    seconds_by_bytes: tuple[float, ...]
+    counts: tuple[float, ...] = ()
+    excess_s: tuple[float, ...] = ()
+
+    @classmethod
+    def from_rows(cls, what: str, rows: list[dict[str, Any]]) -> TransitionCurves:
+        """Curves from a calibration's rows of ``what`` (rows without ``layers``: a width sweep alone)."""
+        key = TRANSITION_COUNTS.get(what, "parameters")
+        base = min(row.get("layers", 0) for row in rows)
+        width_rows = sorted((row for row in rows if row.get("layers", 0) == base), key=lambda row: row["step_bytes"])
+        curves = cls(key, tuple(math.log(row["step_bytes"]) for row in width_rows),
+                     tuple(row["time_s"] for row in width_rows))
+        narrowest = min(row.get("width", 0) for row in rows)
+        depth_rows = sorted((row for row in rows if row.get("width", 0) == narrowest and key in row),
+                            key=lambda row: row[key])
+        if len(depth_rows) < 2:
+            return curves
+        excess = [max(0.0, row["time_s"] - curves.by_bytes(row["step_bytes"])) for row in depth_rows]
+        return replace(curves, counts=tuple(float(row[key]) for row in depth_rows),
+                                   excess_s=tuple(excess))
+
+    def by_bytes(self, nbytes: float) -> float:
+        """The width sweep's seconds at ``nbytes`` moved."""
+        return float(np.interp(math.log(max(nbytes, 1.0)), self.log_bytes, self.seconds_by_bytes))
+
+    def seconds(self, work: Any) -> float:
+        """The transition after ``work`` (``touched_bytes``, ``graph_nodes``, ``parameters``)."""
+        total = self.by_bytes(work.touched_bytes)
+        if not self.counts:
+            return total
+        count, counts, excess = float(getattr(work, self.key)), self.counts, self.excess_s
+        if count <= counts[-1]:
+            return total + max(0.0, float(np.interp(count, counts, excess, left=0.0)))
+        slope = (excess[-1] - excess[-2]) / (counts[-1] - counts[-2]) if counts[-1] > counts[-2] else 0.0
+        return total + max(0.0, excess[-1] + slope * (count - counts[-1]))
+
+
 class CalibratedEfficiency:
     """Efficiencies interpolated from a calibration (see the module docstring).
 
@@ -383,13 +436,12 @@ class CalibratedEfficiency:
         self._path_constant = path_constants(cal.rows("gemm_cold"), self.blas)
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
-        self._transitions: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        """A training step's framework transitions: what -> sorted (bytes the step touched, seconds)."""
+        transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
             if "step_bytes" in row:
-                self._transitions[row["what"]].append((float(row["step_bytes"]), row["time_s"]))
-        for points in self._transitions.values():
-            points.sort()
+                transition_rows[row["what"]].append(row)
+        self._transitions = {what: TransitionCurves.from_rows(what, rows) for what, rows in transition_rows.items()}
+        """A training step's framework transitions, from the profiled training loops."""
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
         self._cheapest_call: dict[str, float] = {}
         """Threads -> the fastest measured ATen call (a framework op or a torch product)."""
@@ -777,17 +829,13 @@ class CalibratedEfficiency:
         Python / the autograd engine calls); 0 without ``dispatch`` points."""
         return self._dispatch_s.get(what, 0.0)
 
-    def framework_transition_s(self, what: str, step_bytes: float) -> float | None:
+    def framework_transition_s(self, what: str, work: Any) -> float | None:
         """A training step's framework transition ``what`` (``step_start``, ``backward_entry``,
-        ``backward_exit``: :func:`~simhpc.trace.compare.transition_before`) in a step whose ops
-        touch ``step_bytes``: interpolated in log bytes between the profiled training loops of
-        several model widths, whose code each transition runs once a step and so finds evicted by
-        what the step moved (flat beyond them); None without such points."""
-        points = self._transitions.get(what)
-        if not points:
-            return None
-        sizes = [math.log(max(nbytes, 1.0)) for nbytes, _ in points]
-        return float(np.interp(math.log(max(step_bytes, 1.0)), sizes, [seconds for _, seconds in points]))
+        ``backward_exit``: :func:`~simhpc.trace.compare.transition_before`) after ``work`` (a
+        :class:`~simhpc.trace.compare.StepWork`: bytes touched, autograd nodes and parameter
+        tensors since it last ran): :class:`TransitionCurves`; None without such points."""
+        curves = self._transitions.get(what)
+        return None if curves is None else curves.seconds(work)
 
     def first_touch_s(self, nbytes: float, threads: int) -> float:
         """Seconds the page faults of a first write into ``nbytes`` of freshly mapped memory take

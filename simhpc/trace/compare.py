@@ -301,31 +301,75 @@ def step_footprints(top: list[OpRecord], touched: dict[int, float]) -> dict[int 
     return dict(steps)
 
 
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+"""The autograd node that accumulates a leaf's gradient: one per trained parameter tensor."""
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What a stretch of a training step did, as its transitions' costs depend on it."""
+
+    touched_bytes: float
+    """Bytes its top-level ops touched (their :class:`~simhpc.trace.framework_costs.Footprint`)."""
+    graph_nodes: int
+    """Autograd nodes the engine ran (``autograd::engine::evaluate_function`` spans)."""
+    parameters: int
+    """Of those, the parameter tensors' gradient accumulations."""
+
+
+def _engine_node_starts(trace: Trace) -> tuple[list[float], list[float]]:
+    """Sorted start times of the engine's autograd nodes, and of those accumulating a parameter's gradient."""
+    nodes = [op for op in trace.ops if op.name.startswith(ENGINE_NODE)]
+    return (sorted(op.start for op in nodes),
+            sorted(op.start for op in nodes if op.name.endswith(ACCUMULATE_GRAD)))
+
+
+def step_work(trace: Trace, top: list[OpRecord], touched: dict[int, float]) -> dict[int | None, StepWork]:
+    """Per profiler step (None: a trace without steps), its :class:`StepWork`."""
+    nodes, parameters = _engine_node_starts(trace)
+    spans = {step.number: (step.start, step.start + step.duration) for step in trace.steps}
+    bytes_by_step = step_footprints(top, touched)
+    work = {}
+    for number, nbytes in bytes_by_step.items():
+        start, end = spans.get(number, (-math.inf, math.inf))
+        work[number] = StepWork(nbytes, _count_between(nodes, start, end), _count_between(parameters, start, end))
+    return work
+
+
+def _count_between(times: list[float], start: float, end: float) -> int:
+    return bisect.bisect_left(times, end) - bisect.bisect_left(times, start)
+
+
 def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) -> float:
     """The gaps before every top-level op (Python's or the autograd engine's), each charged warm or
     cold by the distinct tensors the top-level op before it touched (:mod:`simhpc.trace.framework_costs`);
     a step's transitions (:func:`transition_before`), where the calibration has them
-    (``framework_transition_s``), by the bytes the ops touched since the same transition last ran
-    its code: a step's worth in a plain training loop, less where a step runs several backwards (for
-    the first of each, its step's bytes: the step before the trace was like it)."""
+    (``framework_transition_s``), by the work done since the same transition last ran its code
+    (:class:`StepWork`): a step's worth in a plain training loop, less where a step runs several
+    backwards (for the first of each, its step's: the step before the trace was like it)."""
     top = top_level_ops(trace)
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     touched = subtree_footprint(trace, kernels, top)
-    per_step = step_footprints(top, touched)
-    transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, step_bytes: None)
-    since: dict[str, float] = {}
+    per_step = step_work(trace, top, touched)
+    nodes, parameters = _engine_node_starts(trace)
+    transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, work: None)
+    last: dict[str, tuple[float, float]] = {}  # transition -> (bytes touched since, its time)
     total, before, previous = 0.0, math.inf, None
     for op in top:
         transition = transition_before(trace, previous, op)
         charged = None
         if transition:
-            charged = transition_s(transition, since.get(transition, per_step[op.step]))
-            since[transition] = 0.0
+            work = per_step[op.step]
+            if transition in last:
+                moved, since = last[transition]
+                work = StepWork(moved, _count_between(nodes, since, op.start),
+                                _count_between(parameters, since, op.start))
+            charged = transition_s(transition, work)
+            last[transition] = (0.0, op.start)
         if charged is None:
             charged = cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
         total += charged
-        for what in since:
-            since[what] += touched[op.index]
+        last = {what: (moved + touched[op.index], since) for what, (moved, since) in last.items()}
         before, previous = touched[op.index], op
     return total
 

@@ -22,10 +22,13 @@ mark to its first op: the loop's own code, ``zero_grad``), the backward's entry 
 to the first op the autograd engine runs) and its exit (the engine's last op to the next op Python
 calls: the graph's release and the optimizer's code before its first op). Their code runs once a
 step, so the whole step's traffic has evicted it, and they grow with what the step moved: in an
-MLP training loop on the Xeon reference from 39 / 27 / 72 us at width 64 to 180 / 133 / 439 us at
-width 2048. ``measure_transition`` profiles such a loop (``TRAINING_WIDTHS``) and keeps, per
-transition and width, the median and the bytes a step touched (``step_bytes``, counted as
-``simhpc compare`` counts them).
+MLP training loop of four layers on the Xeon reference from 36 / 27 / 71 us at width 64 to
+177 / 131 / 424 us at width 2048. They also do work per parameter tensor (``zero_grad``, the
+optimizer's set-up) or per autograd node (the engine's set-up): at width 64, 128 layers take
+466 / 271 / 1162 us. ``measure_transition`` profiles such loops (``TRAINING_WIDTHS`` at
+``TRAINING_LAYERS``, ``TRAINING_DEPTHS`` at the narrowest width) and keeps, per transition and
+loop, the median and a step's work as ``simhpc compare`` counts it (``step_bytes``,
+``graph_nodes``, ``parameters``: :class:`simhpc.trace.compare.StepWork`).
 
 Skipped without torch.
 """
@@ -49,6 +52,10 @@ TRANSITIONS = ("step_start", "backward_entry", "backward_exit")
 TRAINING_WIDTHS = (64, 512, 2048)
 """Widths of the profiled MLP training loop (four ``Linear(w, w)`` + ReLU, batch ``TRAINING_BATCH``,
 SGD): steps touching about 2 MB, 26 MB and 290 MB."""
+TRAINING_LAYERS = 4
+TRAINING_DEPTHS = (16, 64, 128)
+"""Layer counts of the depth sweep, at the narrowest width: 32 to 256 parameter tensors, whose
+``zero_grad``, engine set-up and optimizer set-up visit each (the width sweep has ``TRAINING_LAYERS``)."""
 TRAINING_BATCH = 128
 TRAINING_STEPS = 12
 """Profiled steps per width (after three unprofiled steps and the profiler's warm-up one)."""
@@ -144,19 +151,20 @@ def measure_dispatch(what: str) -> dict:
 
 
 @cache
-def _profiled_transitions(width: int) -> tuple[float, dict[str, list[float]]]:
-    """(median bytes a step touched, transition -> its gaps in seconds) of an MLP training loop of
-    ``width``, profiled as ``validation/traces/capture.py`` profiles its models."""
+def _profiled_transitions(width: int, layers: int) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """(a step's median work: ``step_bytes``, ``graph_nodes``, ``parameters``; transition -> its
+    gaps in seconds) of an MLP training loop of ``layers`` layers of ``width``, profiled as
+    ``validation/traces/capture.py`` profiles its models."""
     import torch
     from torch import nn
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from simhpc.trace.compare import FRAMEWORK_KINDS, step_footprints, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.compare import FRAMEWORK_KINDS, step_work, top_level_ops, traced_kernel, transition_before
     from simhpc.trace.framework_costs import subtree_footprint
     from simhpc.trace.readers import read_trace
 
     torch.manual_seed(0)
-    model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(width, width), nn.ReLU())])
+    model = nn.Sequential(*[layer for _ in range(layers) for layer in (nn.Linear(width, width), nn.ReLU())])
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(TRAINING_BATCH, width), torch.randn(TRAINING_BATCH, width)
 
@@ -192,15 +200,20 @@ def _profiled_transitions(width: int) -> tuple[float, dict[str, list[float]]]:
         if what is not None:
             gaps[what].append(op.start - (starts[op.step] if what == "step_start" else previous.end))
         previous = op
-    return statistics.median(step_footprints(top, subtree_footprint(trace, kernels, top)).values()), gaps
+    work = list(step_work(trace, top, subtree_footprint(trace, kernels, top)).values())
+    median = {"step_bytes": statistics.median(w.touched_bytes for w in work),
+              "graph_nodes": statistics.median(w.graph_nodes for w in work),
+              "parameters": statistics.median(w.parameters for w in work)}
+    return median, gaps
 
 
-def measure_transition(what: str, width: int) -> dict:
-    """One of ``TRANSITIONS`` in the training loop of ``width``: its median over the profiled
-    steps, with the spread (half the IQR) and the bytes a step touched."""
-    step_bytes, gaps = _profiled_transitions(width)
+def measure_transition(what: str, width: int, layers: int = TRAINING_LAYERS) -> dict:
+    """One of ``TRANSITIONS`` in the training loop of ``layers`` layers of ``width``: its median
+    over the profiled steps, with the spread (half the IQR) and a step's work (bytes touched,
+    autograd nodes, parameter tensors)."""
+    work, gaps = _profiled_transitions(width, layers)
     values = sorted(gaps[what])
     quartiles = statistics.quantiles(values, n=4)
-    return {"library": "torch", "what": what, "threads": 1, "width": width, "step_bytes": step_bytes,
+    return {"library": "torch", "what": what, "threads": 1, "width": width, "layers": layers, **work,
             "time_s": statistics.median(values), "spread_s": (quartiles[2] - quartiles[0]) / 2,
             "samples": len(values)}

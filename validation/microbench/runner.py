@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 23
+SUITE_VERSION = 24
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -124,10 +124,13 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     if framework.available():
         for what in dispatch.WHAT:
             tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
-        for width in dispatch.TRAINING_WIDTHS:
+        loops = [(width, dispatch.TRAINING_LAYERS) for width in dispatch.TRAINING_WIDTHS]
+        loops += [(min(dispatch.TRAINING_WIDTHS), layers) for layers in dispatch.TRAINING_DEPTHS]
+        for width, layers in loops:
             for what in dispatch.TRANSITIONS:
-                call = partial(dispatch.measure_transition, what, width)
-                tasks.append(Task("dispatch", f"dispatch {what} in a training step, width {width}", call))
+                call = partial(dispatch.measure_transition, what, width, layers)
+                tasks.append(Task("dispatch", f"dispatch {what} in a training step, width {width}, {layers} layers",
+                                  call))
         for t in threads:
             for op in framework.POOLS:
                 for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
