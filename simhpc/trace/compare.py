@@ -324,9 +324,11 @@ def _engine_node_starts(trace: Trace) -> tuple[list[float], list[float]]:
             sorted(op.start for op in nodes if op.name.endswith(ACCUMULATE_GRAD)))
 
 
-def step_work(trace: Trace, top: list[OpRecord], touched: dict[int, float]) -> dict[int | None, StepWork]:
-    """Per profiler step (None: a trace without steps), its :class:`StepWork`."""
-    nodes, parameters = _engine_node_starts(trace)
+def step_work(trace: Trace, top: list[OpRecord], touched: dict[int, float],
+              engine_nodes: tuple[list[float], list[float]] | None = None) -> dict[int | None, StepWork]:
+    """Per profiler step (None: a trace without steps), its :class:`StepWork` (``engine_nodes``:
+    :func:`_engine_node_starts` where the caller has them)."""
+    nodes, parameters = engine_nodes or _engine_node_starts(trace)
     spans = {step.number: (step.start, step.start + step.duration) for step in trace.steps}
     bytes_by_step = step_footprints(top, touched)
     work = {}
@@ -350,26 +352,26 @@ def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) 
     top = top_level_ops(trace)
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     touched = subtree_footprint(trace, kernels, top)
-    per_step = step_work(trace, top, touched)
     nodes, parameters = _engine_node_starts(trace)
+    per_step = step_work(trace, top, touched, (nodes, parameters))
     transition_s = getattr(model.efficiency, "framework_transition_s", lambda what, work: None)
-    last: dict[str, tuple[float, float]] = {}  # transition -> (bytes touched since, its time)
-    total, before, previous = 0.0, math.inf, None
+    last: dict[str, tuple[float, float]] = {}  # transition -> (bytes touched before it, its time)
+    total, moved, before, previous = 0.0, 0.0, math.inf, None
     for op in top:
         transition = transition_before(trace, previous, op)
         charged = None
         if transition:
             work = per_step[op.step]
             if transition in last:
-                moved, since = last[transition]
-                work = StepWork(moved, _count_between(nodes, since, op.start),
+                moved_then, since = last[transition]
+                work = StepWork(moved - moved_then, _count_between(nodes, since, op.start),
                                 _count_between(parameters, since, op.start))
             charged = transition_s(transition, work)
-            last[transition] = (0.0, op.start)
+            last[transition] = (moved, op.start)
         if charged is None:
             charged = cost_after(model, "engine_gap" if engine_called(trace, op) else "call_gap", before)
         total += charged
-        last = {what: (moved + touched[op.index], since) for what, (moved, since) in last.items()}
+        moved += touched[op.index]
         before, previous = touched[op.index], op
     return total
 
