@@ -653,6 +653,8 @@ def test_malformed_calibrations(mutate, message: str) -> None:
         (lambda d: d["kernels"]["framework"][0].update(input=[]), "kernels.framework.0.input"),
         (lambda d: d["kernels"]["elementwise"][0].update(cache="tepid"), "kernels.elementwise.0.cache"),
         (lambda d: d["kernels"]["dispatch"][0].update(step_bytes=-1), "kernels.dispatch.0.step_bytes"),
+        (lambda d: d["kernels"]["dispatch"][-1].update(parameters="many"), "parameters: expected a number >= 0"),
+        (lambda d: d["kernels"]["dispatch"][-1].update(layers=0.5), "layers: expected an integer"),
     ],
 )
 def test_malformed_fields_the_cost_model_reads(mutate, message: str) -> None:

@@ -280,8 +280,7 @@ class TransitionCurves:
         if len(depth_rows) < 2:
             return curves
         excess = [max(0.0, row["time_s"] - curves.by_bytes(row["step_bytes"])) for row in depth_rows]
-        return replace(curves, counts=tuple(float(row[key]) for row in depth_rows),
-                                   excess_s=tuple(excess))
+        return replace(curves, counts=tuple(float(row[key]) for row in depth_rows), excess_s=tuple(excess))
 
     def by_bytes(self, nbytes: float) -> float:
         """The width sweep's seconds at ``nbytes`` moved."""

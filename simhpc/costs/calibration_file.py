@@ -200,7 +200,7 @@ def _check_provenance(data: Mapping[str, Any], source: str) -> None:
             _check_number(probe[reading], source, f"probes.{name}.{reading}")
 
 
-OPTIONAL_COUNTS = ("threads", "batch", "stride", "taps", "groups")
+OPTIONAL_COUNTS = ("threads", "batch", "stride", "taps", "groups", "width", "layers")
 """Row fields the cost model reads where a row has them: integers from 1 to ``MAX_COUNT``."""
 MAX_COUNT = 2**53
 
@@ -220,6 +220,10 @@ def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, wh
             raise _fail(source, f"{where}.{key}", f"expected an integer from 1 to 2^53, got {row[key]!r}")
     if "step_bytes" in row:
         _check_number(row["step_bytes"], source, f"{where}.step_bytes")
+    for key in ("graph_nodes", "parameters"):  # a training loop's medians per step
+        value = row.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise _fail(source, f"{where}.{key}", f"expected a number >= 0, got {value!r}")
     if "dtype" in row and row["dtype"] not in DTYPE_BITS:
         raise _fail(source, f"{where}.dtype", f"unknown dtype {row['dtype']!r} (known: {', '.join(DTYPE_BITS)})")
     if "cache" in row and row["cache"] not in ("warm", "cold"):
