@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from simhpc.cli.main import main
+from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.kernels import Attention, Copy, Elementwise, FrameworkOp, Gemm, Recurrent, Reduction
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
@@ -541,19 +542,31 @@ def test_total_and_step_errors_and_nothing_measured() -> None:
     assert silent["kinds"]["elementwise"]["mape_pct"] is None
 
 
+def _with_dispatch(rows: list[dict]) -> CalibratedEfficiency:
+    """The committed calibration's efficiencies with ``rows`` as its ``dispatch`` points."""
+    from simhpc.costs.calibration_file import validate
+    from simhpc.hardware.host import COMMITTED_CALIBRATION
+
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    data["kernels"]["dispatch"] = rows
+    return CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+
+
+def _cpu_op(name: str, ts: int, dims: list, dur: int = 5) -> dict:
+    """A torch.profiler CPU op event with float inputs of shapes ``dims`` (microseconds)."""
+    return {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op",
+            "args": {"Input Dims": dims, "Input type": ["float"] * len(dims)}}
+
+
 def test_ops_that_compute_nothing_and_the_gaps_between_calls_take_the_profiled_framework_costs() -> None:
     """A view or a wrapper takes the calibration's profiled self time of an op that computes
     nothing; each top-level op, the profiled gap between two calls from Python, or from the
     autograd engine for an op inside an engine node."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import host_specs, validate
-    from simhpc.hardware.host import COMMITTED_CALIBRATION
+    from simhpc.costs.calibration_file import host_specs
 
-    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
-    data["kernels"]["dispatch"] = [{"what": "no_kernel_op", "threads": 1, "time_s": 1e-6},
-                                   {"what": "call_gap", "threads": 1, "time_s": 3e-6},
-                                   {"what": "engine_gap", "threads": 1, "time_s": 10e-6}]
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    efficiency = _with_dispatch([{"what": "no_kernel_op", "threads": 1, "time_s": 1e-6},
+                                 {"what": "call_gap", "threads": 1, "time_s": 3e-6},
+                                 {"what": "engine_gap", "threads": 1, "time_s": 10e-6}])
     cpu, _ = host_specs(efficiency.calibration)
     node = {"ph": "X", "name": "autograd::engine::evaluate_function: ReluBackward0", "pid": 1, "tid": 1,
             "ts": 900, "dur": 50, "cat": "cpu_op", "args": {}}
@@ -575,15 +588,11 @@ def test_framework_costs_are_cold_after_an_op_that_moved_a_private_cache() -> No
     """With cold dispatch points, a kernel-free op costs its cold value after an op that moved at
     least a core's private cache (here 2 MiB), and the gap before a top-level op after one whose
     subtree touched that much in distinct tensors (each shape as often as one op read it); else warm."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import host_specs, validate
-    from simhpc.hardware.host import COMMITTED_CALIBRATION
+    from simhpc.costs.calibration_file import host_specs
 
-    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     costs = {"no_kernel_op": 1e-6, "call_gap": 3e-6, "engine_gap": 10e-6,
              "no_kernel_op_cold": 5e-6, "call_gap_cold": 30e-6, "engine_gap_cold": 50e-6}
-    data["kernels"]["dispatch"] = [{"what": what, "threads": 1, "time_s": t} for what, t in costs.items()]
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    efficiency = _with_dispatch([{"what": what, "threads": 1, "time_s": t} for what, t in costs.items()])
     assert efficiency.private_cache_bytes == 2 << 20
     cpu, _ = host_specs(efficiency.calibration)
 
@@ -621,17 +630,14 @@ def test_a_training_steps_transitions_take_their_profiled_costs_by_the_bytes_the
     grow in log bytes with what the whole step touched (flat beyond the measured steps); every
     other gap stays the profiled gap between two calls, and a calibration without transition
     points charges those gaps as before."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import host_specs, validate
-    from simhpc.hardware.host import COMMITTED_CALIBRATION
+    from simhpc.costs.calibration_file import host_specs
 
-    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
     plain = [{"what": "call_gap", "threads": 1, "time_s": 3e-6}, {"what": "engine_gap", "threads": 1, "time_s": 10e-6}]
     ends = {"step_start": (100e-6, 300e-6), "backward_entry": (50e-6, 150e-6), "backward_exit": (200e-6, 600e-6)}
-    data["kernels"]["dispatch"] = plain + [
+    efficiency = _with_dispatch(plain + [
         {"what": what, "threads": 1, "step_bytes": nbytes, "time_s": seconds}
-        for what, costs in ends.items() for nbytes, seconds in zip((1e6, 1e8), costs)]
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+        for what, costs in ends.items() for nbytes, seconds in zip((1e6, 1e8), costs)])
+
     def moved(nbytes: float) -> StepWork:
         return StepWork(nbytes, graph_nodes=0, parameters=0)
 
@@ -640,10 +646,7 @@ def test_a_training_steps_transitions_take_their_profiled_costs_by_the_bytes_the
     assert efficiency.framework_transition_s("backward_exit", moved(1e12)) == pytest.approx(600e-6)
     cpu, _ = host_specs(efficiency.calibration)
 
-    def op(name: str, ts: int, dims: list, dur: int = 5) -> dict:
-        return {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op",
-                "args": {"Input Dims": dims, "Input type": ["float"] * len(dims)}}
-
+    op = _cpu_op
     events = [{"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000, "cat": "user_annotation"},
               op("aten::relu", 10, [[1024, 1024]]), op("aten::relu", 20, [[8, 8]]),
               op("autograd::engine::evaluate_function: ReluBackward0", 100, [], dur=50),
@@ -657,8 +660,7 @@ def test_a_training_steps_transitions_take_their_profiled_costs_by_the_bytes_the
     assert 300e-6 < transitions < 900e-6
     # the second relu and the second add_: Python's gap; the second backward op: the engine's
     assert result.call_gaps_s == pytest.approx(transitions + 3e-6 + 10e-6 + 3e-6)
-    data["kernels"]["dispatch"] = plain
-    without = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    without = _with_dispatch(plain)
     assert without.framework_transition_s("step_start", moved(step_bytes)) is None
     before = compare_trace(parse_trace({"traceEvents": events}, "step"), CostModel(without), cpu, 1)
     assert before.call_gaps_s == pytest.approx(4 * 3e-6 + 2 * 10e-6)
@@ -696,21 +698,14 @@ def test_transitions_add_the_work_of_a_deeper_graph_over_the_width_sweeps() -> N
 def test_a_second_backward_in_a_step_pays_for_the_bytes_since_the_first() -> None:
     """With gradient accumulation a step runs several backwards: each transition after the first
     of its kind is charged by the bytes the ops touched since that kind last ran, not the step's."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import host_specs, validate
-    from simhpc.hardware.host import COMMITTED_CALIBRATION
+    from simhpc.costs.calibration_file import host_specs
 
-    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
-    data["kernels"]["dispatch"] = [{"what": what, "threads": 1, "step_bytes": nbytes, "time_s": nbytes * 1e-12}
-                                   for what in ("step_start", "backward_entry", "backward_exit")
-                                   for nbytes in (1e3, 1e9)]  # linear in log bytes: 1 ns .. 1 ms
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    efficiency = _with_dispatch([{"what": what, "threads": 1, "step_bytes": nbytes, "time_s": nbytes * 1e-12}
+                                 for what in ("step_start", "backward_entry", "backward_exit")
+                                 for nbytes in (1e3, 1e9)])  # linear in log bytes: 1 ns .. 1 ms
     cpu, _ = host_specs(efficiency.calibration)
 
-    def op(name: str, ts: int, dims: list, dur: int = 5) -> dict:
-        return {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "cat": "cpu_op",
-                "args": {"Input Dims": dims, "Input type": ["float"] * len(dims)}}
-
+    op = _cpu_op
     def backward(ts: int, dims: list) -> list[dict]:
         return [op("autograd::engine::evaluate_function: ReluBackward0", ts, [], dur=50),
                 op("aten::threshold_backward", ts + 10, dims)]
