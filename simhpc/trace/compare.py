@@ -29,6 +29,7 @@ from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import OpKernel, kernel_for
 from simhpc.costs.opnames import COMPOSITE, base_name
 from simhpc.trace.allocations import BlockHistory
+from simhpc.trace.conv_activations import charge_convolutions
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_footprint
 from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
 from simhpc.trace.product_reuse import charge_products
@@ -238,6 +239,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
     _dispatch_after_kernels(predictions, model)
     charge_products(predictions, model, threads, BlockHistory(trace.memory))
+    charge_convolutions(predictions, model, threads)
     _add_first_touch(trace, predictions, model, threads)
     return predictions
 
