@@ -89,3 +89,25 @@ def test_compare_charges_at_most_the_effective_caches_worth_at_the_memory_bandwi
     expected = min(moved, held) / calibration.model_bandwidth(1)
     assert cold.predicted_s - warm.predicted_s == pytest.approx(expected, rel=1e-9)
     assert (moved > held) == (image[0] == 256)
+
+
+def test_compare_reports_what_the_activations_add(tmp_path) -> None:
+    """``compare`` says how much of a step's prediction the activations are, text and JSON; a
+    model without convolutions has none."""
+    import json
+
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+
+    captures = COMMITTED_CALIBRATION.parents[1] / "traces" / "captures"
+    text = CliRunner().invoke(main, ["compare", str(captures / "cnn_t1.json.gz"), "-o", str(tmp_path / "t")])
+    assert text.exit_code == 0 and "convolutions' activations:" in text.output
+    summaries = {}
+    for name in ("cnn_t1", "mlp_t1"):
+        result = CliRunner().invoke(main, ["compare", str(captures / f"{name}.json.gz"), "--json",
+                                           "-o", str(tmp_path / name)])
+        summaries[name] = json.loads(result.stdout)
+    cnn = summaries["cnn_t1"]
+    assert 0 < cnn["conv_activations_s"] < cnn["predicted_step_s"]
+    assert summaries["mlp_t1"]["conv_activations_s"] == 0

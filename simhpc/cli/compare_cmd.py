@@ -118,6 +118,13 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             "predictions; a large enough free chunk at the heap's top serves one without faults, as what the "
             "process freed before decides, which a trace does not record)"
         )
+    if comparison.activations_step_s > 0:
+        convolutions = sum(1 for p in comparison.predictions if p.activations_s > 0)
+        console.print(
+            f"convolutions' activations: {format_time(comparison.activations_step_s)} a step fetched from memory, "
+            f"the trace's {convolutions} NCHW convolutions (in their predictions: the calibration's loops found "
+            "their images in cache, a training step's other traffic leaves them in memory)"
+        )
     exposed = comparison.heap_faults_if_fresh_s
     if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:
         console.print(

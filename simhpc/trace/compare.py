@@ -67,6 +67,9 @@ class OpPrediction:
     first_touch_s: float = 0.0
     """Of ``predicted_s``: the page faults of its first write into freshly mapped memory
     (:mod:`simhpc.trace.fresh_memory`)."""
+    activations_s: float = 0.0
+    """Of ``predicted_s``: a convolution's activations fetched from memory
+    (:mod:`simhpc.trace.conv_activations`)."""
 
     @property
     def error_pct(self) -> float | None:
@@ -129,6 +132,12 @@ class Comparison:
         return sum(p.first_touch_s for p in self.predictions) / max(1, self.steps)
 
     @property
+    def activations_step_s(self) -> float:
+        """Predicted time per step of the convolutions' activations fetched from memory (part of
+        ``predicted_step_s``)."""
+        return sum(p.activations_s for p in self.predictions) / max(1, self.steps)
+
+    @property
     def ops_total(self) -> int:
         return len(self.predictions)
 
@@ -160,6 +169,7 @@ class Comparison:
             "step_error_pct": self.step_error_pct,
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
+            "conv_activations_s": self.activations_step_s,
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
             "gemm_mape_pct": gemm.get("mape_pct"),

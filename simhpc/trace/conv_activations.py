@@ -80,4 +80,5 @@ def charge_convolutions(predictions: Sequence[Any], model: CostModel, threads: i
             continue
         moved = activation_bytes(p.op, kernel)
         if moved > 0:
-            p.predicted_s += min(moved, held) / bandwidth
+            p.activations_s = min(moved, held) / bandwidth
+            p.predicted_s += p.activations_s
