@@ -26,8 +26,8 @@ backward took 2.1 ms, and reading its two operands again after the fill won back
 that. On a fresh calibration and captures (``validation/README.md``) the charge took the CNN's
 step error from -6.7 / -6.7 % (1 / 2 threads) to +0.3 / -0.2 %, a 1-D convolutional net's from
 -18.2 / -15.8 % to -8.1 / -9.2 %, a ResNet-ish net's from -4.2 / -7.2 % to +3.1 / -0.3 %, and
-moved the EPYC guests' CNN captures 1-4 points the other way (where the loop's operands fit less
-of their 8 MiB effective caches).
+moved the EPYC guests' CNN captures 1-4 points the other way (the in-step cost was not measured
+apart there).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def activation_bytes(op: Any, kernel: Gemm) -> float:
     backward = base_name(op.name) in BACKWARD_CONV_ARGS
     source = 1 if backward else 0  # the convolution's input image among the op's tensors
     if len(images) <= source or (isinstance(strides, list) and len(strides) > source
-                                 and channels_last(op.shapes[source], strides[source])):
+                                 and channels_last(images[source], strides[source])):
         return 0.0
     size = dtype_bytes(kernel.dtype)
     image = math.prod(images[source]) * size
