@@ -37,19 +37,25 @@ GRID = {  # stride: (input channels, output channels, image sizes)
     2: ((32, 64, 128), (64, 128), (16, 32)),
 }
 PASSES = ("forward", "backward_input", "backward_weight")
-DEPTHWISE_2D = ((64, 32, 8), (64, 32, 32), (64, 128, 16))
-"""Depthwise 3x3 convolutions (MobileNet, ConvNeXt blocks): (batch, channels, image side)."""
+DEPTHWISE_2D = ((64, 32, 8), (64, 32, 32), (64, 128, 16), (32, 128, 32))
+"""Depthwise 3x3 convolutions (MobileNet, ConvNeXt blocks): (batch, channels, image side). The last
+one's 16 MiB images are past the effective cache (8-11 MiB on the Xeon reference): it ran 1.4x
+(forward) to 1.7x (weight gradient) the time per output of the 8 MiB ones there, which the
+interpolation from those could not tell."""
 DEPTHWISE_1D = ((32, 64, 512), (32, 64, 2048))
 """Depthwise width-5 1-D convolutions (sequence mixing): (batch, channels, length)."""
 DEPTHWISE_7X7 = ((16, 64, 32), (32, 96, 16), (64, 32, 8))
 """Depthwise 7x7 convolutions (ConvNeXt blocks): (batch, channels, image side). oneDNN's backward of
 one ran 3-4x slower than the 3x3 points extrapolated to 49 taps say here, its forward 2x faster."""
 POINTWISE = ((32, 64, 128, 16), (32, 128, 64, 16), (32, 64, 256, 8), (32, 256, 64, 8), (32, 256, 256, 8),
-             (32, 32, 64, 32), (32, 128, 128, 16))
+             (32, 32, 64, 32), (32, 128, 128, 16), (32, 128, 32, 32), (32, 32, 128, 32))
 """1x1 convolutions (bottleneck blocks, a depthwise block's pointwise layers): (batch, in channels,
 out channels, image side), stride 1. oneDNN runs them as other kernels than the 3x3 ones of the
 same implicit-GEMM dimensions (here, 1 thread, 128 -> 64 channels on 32 x 16 x 16: forward 1.4 ms
-and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2)."""
+and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2). The last two have 16 MiB images at
+their 128-channel side, past the effective cache: few channels make little arithmetic per byte,
+and 128 -> 32 channels on 32 x 32 x 32 took 4.9 ms forward and 12 ms backward here where the
+smaller images' points gave 3.1 and 6.1."""
 HALF_SHAPES = ((32, 3, 32, 32, 1), (32, 32, 32, 32, 1), (32, 32, 128, 16, 1), (32, 128, 32, 16, 1),
                (32, 128, 128, 16, 1), (32, 128, 128, 8, 1), (32, 64, 128, 32, 2))
 """bf16 3x3 convolutions, measured where the CPU has native bf16 (``torch.autocast`` runs a CNN's

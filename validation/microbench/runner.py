@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 24
+SUITE_VERSION = 25
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]

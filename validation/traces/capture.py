@@ -12,9 +12,10 @@ kept (the min-of-N rule of benchmark harnesses such as ``timeit``), the same rul
     .venv/bin/python validation/traces/capture.py [--out DIR]
         [--models mlp,transformer,transformer_flash,cnn] [--threads 1,2] [--steps 10] [--repeat 5]
 
-``--models resnetish,lstm,mlp_ln,conv1d,mlp_bf16,cnn224,lenet,gru,resnetish_cl,grouped`` captures the extra models
-(``EXTRA_MODELS``), whose ops the cost model was not developed on (``mlp_bf16``: bf16 autocast;
-``cnn224``: ImageNet-sized activations, written into freshly mapped memory every step).
+``--models`` with any of ``EXTRA_MODELS`` (resnetish, lstm, mlp_ln, conv1d, mlp_bf16, cnn224, lenet,
+gru, resnetish_cl, grouped, mobilenet, unet, decoder, embedding_bag) captures the extra models, whose
+ops the cost model was not developed on (``mlp_bf16``: bf16 autocast; ``cnn224``: ImageNet-sized
+activations, written into freshly mapped memory every step).
 
 The package never imports torch; only this script does. It re-executes itself with glibc's malloc
 told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as PyTorch's
@@ -221,9 +222,92 @@ def grouped() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]
     return model, lambda: (x, y), nn.functional.cross_entropy
 
 
+def _inverted_residual(channels: int, expand: int) -> nn.Module:
+    """A MobileNetV2 block without its skip: 1x1 expansion, depthwise 3x3, 1x1 projection, batch norms."""
+    wide = channels * expand
+    return nn.Sequential(
+        nn.Conv2d(channels, wide, 1, bias=False), nn.BatchNorm2d(wide), nn.ReLU6(),
+        nn.Conv2d(wide, wide, 3, padding=1, groups=wide, bias=False), nn.BatchNorm2d(wide), nn.ReLU6(),
+        nn.Conv2d(wide, channels, 1, bias=False), nn.BatchNorm2d(channels),
+    )
+
+
+def mobilenet() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a strided stem and two MobileNetV2 blocks (32 -> 128 -> 32 channels) on
+    32 x 3 x 64 x 64 images, whose 128-channel activations (16 MiB) are past the effective cache."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU6(), _inverted_residual(32, 4),
+        _inverted_residual(32, 4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(32, 10),
+    )
+    x, y = torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))
+    return model, lambda: (x, y), nn.functional.cross_entropy
+
+
+class _TinyUNet(nn.Module):
+    """Two conv + group-norm stages, a transposed-convolution upsampling, a skip concatenation, a 1x1 head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down1 = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.ReLU())
+        self.down2 = nn.Sequential(nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GroupNorm(4, 32), nn.ReLU())
+        self.up = nn.ConvTranspose2d(32, 16, 2, stride=2)
+        self.head = nn.Conv2d(32, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = self.down1(x)
+        return self.head(torch.cat([skip, self.up(self.down2(skip))], 1))
+
+
+def unet() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a tiny U-Net (``_TinyUNet``) regressing 8 x 1 x 64 x 64 maps."""
+    x, y = torch.randn(8, 3, 64, 64), torch.randn(8, 1, 64, 64)
+    return _TinyUNet(), lambda: (x, y), nn.functional.mse_loss
+
+
+class _Decoder(nn.Module):
+    """Embedded tokens through a causal ``nn.TransformerDecoderLayer`` (self- and cross-attention on
+    the same sequence) and a vocabulary head, flattened for the loss."""
+
+    def __init__(self, words: int, width: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(words, width)
+        self.layer = nn.TransformerDecoderLayer(d_model=width, nhead=4, dim_feedforward=4 * width, batch_first=True)
+        self.head = nn.Linear(width, words)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(tokens)
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1])
+        return self.head(self.layer(hidden, hidden, tgt_mask=mask, tgt_is_causal=True)).flatten(0, 1)
+
+
+def decoder() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: a 128-wide causal decoder layer over 8 sequences of 64 tokens, 1000 words."""
+    x, y = torch.randint(0, 1000, (8, 64)), torch.randint(0, 1000, (8 * 64,))
+    return _Decoder(1000, 128), lambda: (x, y), nn.functional.cross_entropy
+
+
+class _Bag(nn.Module):
+    """A mean ``nn.EmbeddingBag`` of 20000 rows into a two-layer MLP (a recommender's sparse part)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(20000, 64, mode="mean")
+        self.mlp = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 2))
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.bag(indices))
+
+
+def embedding_bag() -> tuple[nn.Module, Callable[[], tuple[torch.Tensor, torch.Tensor]], Callable]:
+    """Not a default model: ``_Bag`` on 256 bags of 50 indices (its bag and sort ops are not modelled)."""
+    x, y = torch.randint(0, 20000, (256, 50)), torch.randint(0, 2, (256,))
+    return _Bag(), lambda: (x, y), nn.functional.cross_entropy
+
+
 MODELS = {"mlp": mlp, "transformer": transformer, "transformer_flash": transformer_flash, "cnn": cnn}
 EXTRA_MODELS = {"resnetish": resnetish, "lstm": lstm, "mlp_ln": mlp_ln, "conv1d": conv1d, "mlp_bf16": mlp_bf16,
-                "cnn224": cnn224, "lenet": lenet, "gru": gru, "resnetish_cl": resnetish_cl, "grouped": grouped}
+                "cnn224": cnn224, "lenet": lenet, "gru": gru, "resnetish_cl": resnetish_cl, "grouped": grouped,
+                "mobilenet": mobilenet, "unet": unet, "decoder": decoder, "embedding_bag": embedding_bag}
 """Captured only when named (``--models``): models whose ops the cost model was not fitted on."""
 
 
