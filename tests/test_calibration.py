@@ -651,6 +651,8 @@ def test_malformed_calibrations(mutate, message: str) -> None:
         (lambda d: d["kernels"]["conv"][0].update(stride=None), "kernels.conv.0.stride"),
         (lambda d: d["kernels"]["framework"][0].update(window=None), "kernels.framework.0.window"),
         (lambda d: d["kernels"]["framework"][0].update(input=[]), "kernels.framework.0.input"),
+        (lambda d: d["kernels"]["framework"][0].update(input=[4096]), "kernels.framework.0.input: expected a shape "
+                                                                       "(integers > 0, at least 2)"),  # a pool's
         (lambda d: d["kernels"]["elementwise"][0].update(cache="tepid"), "kernels.elementwise.0.cache"),
         (lambda d: d["kernels"]["dispatch"][0].update(step_bytes=-1), "kernels.dispatch.0.step_bytes"),
         (lambda d: d["kernels"]["dispatch"][-1].update(parameters="many"), "parameters: expected a number >= 0"),

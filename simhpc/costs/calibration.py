@@ -564,7 +564,8 @@ class CalibratedEfficiency:
             op = kernel.op
             if op not in self._framework_ops:  # a calibration without channels-last points: the NCHW op's
                 op = op.removesuffix(CHANNELS_LAST)
-            return "framework", op, kernel.dtype, kernel.bytes(), kernel.bytes() * self._window_scale(op, kernel)
+            return ("framework", op, kernel.dtype, kernel.bytes() / kernel.rows,
+                    kernel.bytes() * self._window_scale(op, kernel))
         if isinstance(kernel, Stencil):
             working = 2 * kernel.cells * STORED_PER_CELL * dtype_bytes(kernel.dtype)
             return "stencil", "7", "fp64", working, kernel.cells * (2 * kernel.points - 1) / 13
@@ -597,6 +598,10 @@ class CalibratedEfficiency:
             warm = self._transpose_time(kernel, threads) if isinstance(kernel, Copy) else None
             if warm is None:
                 warm = self._permute_time(int(op), dtype, working, threads)
+        elif isinstance(kernel, FrameworkOp) and kernel.rows > 1:
+            # the calibration timed one row (on one thread: a row's sort is serial); threads split the rows
+            one = self._curve_time(section, op, dtype, working, amount, 1)
+            warm = None if one is None else one / min(threads, kernel.rows)
         else:
             warm = self._curve_time(section, op, dtype, working, amount, threads)
         base = COLD_BASE.get(section)

@@ -231,8 +231,9 @@ def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, wh
     if section == "conv" and "image" in row and not _positive_ints(row["image"]):
         raise _fail(source, f"{where}.image", f"expected a list of integers > 0, got {row['image']!r}")
     if section == "framework":
-        if "input" in row and not (_positive_ints(row["input"]) and len(row["input"]) >= 2):
-            raise _fail(source, f"{where}.input", f"expected a shape (integers > 0, at least 2), got {row['input']!r}")
+        shape, dims = row.get("input"), 2 if "window" in row else 1  # a pooled image's [..., H, W]
+        if "input" in row and not (_positive_ints(shape) and len(shape) >= dims):
+            raise _fail(source, f"{where}.input", f"expected a shape (integers > 0, at least {dims}), got {shape!r}")
         window = row.get("window")
         if "window" in row and not (
             isinstance(window, list) and len(window) == 3 and _positive_ints(window[:2])

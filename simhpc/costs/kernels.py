@@ -269,11 +269,14 @@ class Copy(Kernel):
 class FrameworkOp(Kernel):
     """A framework op with no BLAS or streaming analogue, timed from a calibration's measurements
     of the same ``op`` by the bytes it moves: windowed pooling (``max_pool2d_with_indices``,
-    ``avg_pool2d`` and their backwards) and random fills (``bernoulli``, ``uniform``, ``normal``).
+    ``avg_pool2d`` and their backwards), random fills (``bernoulli``, ``uniform``, ``normal``) and
+    sorts (``sort``).
 
-    ``nbytes``: bytes read and written, int64 pooling indices included. A pooling forward also
-    carries its geometry, since its loop's work is not its bytes: ``window`` (the input elements
-    each output reads), ``outputs`` and ``inputs`` (elements); 0 for other ops.
+    ``nbytes``: bytes read and written, int64 pooling and sort indices included. A pooling forward
+    also carries its geometry, since its loop's work is not its bytes: ``window`` (the input
+    elements each output reads), ``outputs`` and ``inputs`` (elements); 0 for other ops. ``rows``:
+    the independent slices the op works through one by one, its threads splitting them (a sort's
+    rows: the calibration times one row of a length, whose cost per byte grows with it).
     """
 
     op: str = ""
@@ -281,6 +284,7 @@ class FrameworkOp(Kernel):
     window: int = 0
     outputs: int = 0
     inputs: int = 0
+    rows: int = 1
 
     kind = "framework"
 

@@ -358,6 +358,64 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
     return OpKernel(Elementwise(dtype=dtype, n=max(1, n), op=op, inputs=2, outputs=1))
 
 
+SCALAR_TYPES = {0: "int8", 1: "int8", 2: "fp16", 3: "fp32", 4: "fp64", 5: "fp16", 6: "fp32", 7: "fp64", 11: "int8",
+                15: "bf16"}
+"""torch's ``ScalarType`` codes (a ``dtype`` argument's concrete value) -> the dtype of their width."""
+
+
+def _number(text: Any) -> float | None:
+    """A concrete scalar argument's value (``'12800'``, ``'0.01'``), None if it is not a number."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _arange(dtypes: Sequence[str], concrete: Sequence[Any]) -> OpKernel:
+    """``arange``'s writes: one element per step of its range, read from its concrete arguments in
+    each overload's order (``end``; ``start, end``; ``start, end, step``; the ``out`` forms' tensor
+    last), in its output's dtype (the ``out`` tensor's, else the ``dtype`` code, else int64 for
+    integer bounds and fp32 otherwise)."""
+    out = next((i for i, kind in enumerate(dtypes) if kind not in NOT_TENSORS), None)
+    if out is not None:  # arange.out(end, out) or arange.start_out(start, end, step, out)
+        bounds, dtype = list(concrete[:out]), _dtype(dtypes[out])
+    else:  # arange(end, ...), arange.start(start, end, ...), arange.start_step(start, end, step, ...): 4 options
+        bounds = list(concrete[: max(1, len(concrete) - 4)])
+        code = _number(concrete[len(bounds)]) if len(concrete) > len(bounds) else None
+        integral = all("." not in str(b) and "e" not in str(b).lower() for b in bounds)
+        dtype = SCALAR_TYPES.get(int(code), "fp32") if code is not None else ("fp64" if integral else "fp32")
+    values = [_number(b) for b in bounds]
+    if not 1 <= len(values) <= 3 or any(v is None for v in values):
+        return OpKernel(None, f"arange's range not recorded ({', '.join(map(str, bounds)) or 'no bounds'}; "
+                              "profile with record_shapes=True)")
+    if len(values) == 1:
+        start, end, step = 0.0, values[0], 1.0
+    elif len(values) == 2:
+        start, end, step = values[0], values[1], 1.0
+    else:
+        start, end, step = values
+    if step == 0:
+        return OpKernel(None, "arange with a zero step")
+    n = max(0, math.ceil((end - start) / step))
+    if n == 0:
+        return NOTHING
+    return OpKernel(Elementwise(dtype=dtype, n=n, op="arange", inputs=0, outputs=1))
+
+
+def _sort(tensor: tuple[list[int], str], concrete: Sequence[Any]) -> OpKernel:
+    """``sort(self, dim, descending)`` or ``sort(self, stable, dim, descending)`` (and their ``out``
+    forms): every value read, and written with its int64 index, row by row along ``dim`` (the last
+    by default)."""
+    shape, type_name = tensor
+    dtype = _dtype(type_name)
+    stable_first = len(concrete) > 2 and str(concrete[1]) in ("True", "False", "", "None")
+    dim = _int_list(concrete[2] if stable_first else concrete[1] if len(concrete) > 1 else "", [-1])
+    length = shape[dim[0]] if shape and -len(shape) <= dim[0] < len(shape) else _numel(shape)
+    n = _numel(shape)
+    return OpKernel(FrameworkOp(dtype=dtype, op="sort", nbytes=n * (2 * dtype_bytes(dtype) + 8),
+                                rows=max(1, n // max(1, length))))
+
+
 NLL_LOSS_OPS = names("nll_loss_forward nll_loss2d_forward nll_loss_backward nll_loss2d_backward")
 """Negative log-likelihood: one value per target, not the whole ``[N, C]`` of log-probabilities."""
 
@@ -396,7 +454,7 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
     outputs = 1
     if op in ("fill", "zero"):
         inputs, outputs = 0, 1
-    elif op in ("copy", "_to_copy", "clone"):
+    elif op in ("copy", "_to_copy", "clone", "tril", "triu"):
         inputs = 1
     elif op in (
         "native_layer_norm",
@@ -596,6 +654,8 @@ def kernel_for(
     composite = has_children and op in COMPOSITE and not (kind == "conv" and all(map(_allocates, child_names)))
     if composite or any(_delegates(op, kind, child) for child in child_names):
         return NOTHING
+    if op == "arange":  # its output is recorded empty ([0], resized by a child): the range gives its length
+        return _arange(dtypes, concrete)
     bad = _bad_shape(shapes)
     if bad is not None:
         return OpKernel(None, f"invalid input shape {bad} (dimensions and element counts must be integers "
@@ -644,6 +704,8 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         shape, type_name = tensors[0]
         dtype = _dtype(type_name)
         return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=_numel(shape) * dtype_bytes(dtype)))
+    if kind == "sort":
+        return _sort(tensors[0], concrete)
     if op == "copy" and strides and len(shapes) > 1 and is_shape(shapes[1]):
         source = shapes[1]
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)

@@ -5,8 +5,8 @@ Kinds: ``gemm`` (mm, addmm, bmm, baddbmm, linear, matmul, mv, ...), ``conv`` (co
 implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x kernel volume,
 batch = groups; the backward is one such GEMM per gradient it computes), ``recurrent`` (oneDNN's
 LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
-``reduction``, ``pool`` (2-D windowed pooling) and ``random`` (in-place random fills), both
-:class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
+``reduction``, ``pool`` (2-D windowed pooling), ``random`` (in-place random fills) and ``sort``, all
+three :class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
 the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
 traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
@@ -68,7 +68,7 @@ ELEMENTWISE_OPS = (
     _foreach_addcmul _foreach_addcdiv _foreach_lerp _foreach_copy _foreach_zero _foreach_neg
     _foreach_maximum _foreach_clamp_max _foreach_clamp_min _fused_sgd _fused_adam _fused_adamw softmax
     log_softmax hardswish hardswish_backward hardsigmoid hardsigmoid_backward smooth_l1_loss
-    smooth_l1_loss_backward huber_loss huber_loss_backward
+    smooth_l1_loss_backward huber_loss huber_loss_backward tril triu arange
 """)
     | TRANSCENDENTAL
 )
@@ -104,6 +104,9 @@ POOL_OPS = names("""
 """2-D windowed pooling, timed from the calibration's torch measurements of the same op."""
 RANDOM_OPS = names("bernoulli uniform normal")
 """In-place random fills, timed from the calibration's torch measurements of the same op."""
+SORT_OPS = names("sort")
+"""Sorts (``argsort`` and ``msort`` run one as their child), timed from the calibration's torch
+measurements of the same op by the length of a row."""
 UNCOVERED = {
     **dict.fromkeys(
         ("native_dropout", "random", "randn", "rand", "exponential", "multinomial"),
@@ -183,6 +186,8 @@ def classify(name: str, category: str = "") -> str:
         return "pool"
     if op in RANDOM_OPS:
         return "random"
+    if op in SORT_OPS:
+        return "sort"
     if op in ELEMENTWISE_OPS:
         return "elementwise"
     if op in VIEW_OPS:

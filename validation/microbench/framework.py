@@ -1,5 +1,5 @@
 """Framework ops timed through torch: windowed pooling, random fills, ATen pointwise and logical
-reductions, batch norm, indexed ops.
+reductions, batch norm, indexed ops, sorts.
 
 - **Pooling**, the ATen ops a CNN's trace shows: ``max_pool2d_with_indices`` (3x3, stride 2,
   padding 1: the ResNet stem's) and its backward, ``avg_pool2d`` (2x2, stride 2) and its backward,
@@ -41,6 +41,13 @@ reductions, batch norm, indexed ops.
   backward (which sorts its indices and zeroes the whole weight gradient) as per-element loops
   with index loads, at 7-26 GB/s here, below a stream over the same bytes; ``index_select``
   copies whole rows, at 28-46 GB/s.
+
+- **Sorts**, ``sort`` of 1-D fp32 and int64 tensors of 256 to 131072 elements (what an
+  embedding bag's backward sorts its indices with, and ``argsort`` and ``msort`` run): ATen's
+  CPU sort is a serial merge sort whose cost per element grows with the length (6 us for 512
+  int64 values here, 311 us for 8192, 3.4 ms for 131072), far from any stream's rate. A traced
+  sort of several rows is timed from the points of one row's length, its rows split among the
+  threads (``[64, 1024]`` along its last dimension took 2.3 ms on 1 thread, 1.3 ms on 2).
 
 ``bytes`` counts what the op reads and writes, int64 indices included, as
 :func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
@@ -87,6 +94,10 @@ INDEXED = ("index_select", "embedding_dense_backward", "gather", "scatter_add", 
 INDEXED_COUNTS = (512, 8192)
 """Indices per call (rows looked up or scattered into a 20000 x 256 table)."""
 INDEXED_ROWS, INDEXED_WIDTH = 20000, 256
+SORT_LENGTHS = (1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 17)
+"""Elements of the 1-D tensors sorted: the cost per element grows with the length, unevenly."""
+SORT_DTYPES = {"fp32": "float", "int64": "long int"}
+"""The dtypes sorted (a name for the task's label -> the trace's ``Input type``)."""
 QUICK_POOL_SIDES = (16,)
 QUICK_RANDOM_BYTES = (1 << 20,)
 
@@ -318,3 +329,25 @@ def _indexed_call(op: str, count: int) -> tuple[Callable[[], object], int]:
 def measure_indexed(op: str, count: int, threads: int, budget: Budget) -> dict:
     """Time one indexed op (one of ``INDEXED``) over ``count`` indices; a record."""
     return _record(op, *_indexed_call(op, count), threads, budget, input=[INDEXED_ROWS, INDEXED_WIDTH, count])
+
+
+def _sort_call(dtype: str, length: int) -> tuple[Callable[[], object], int]:
+    """``sort`` of a 1-D tensor of ``length`` random values of ``dtype`` (a key of
+    ``SORT_DTYPES``), and the bytes ``kernel_for`` counts for the traced op."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randint(0, 1 << 20, (length,), generator=generator)
+    values = values.float() if dtype == "fp32" else values
+    type_name = SORT_DTYPES[dtype]
+    return partial(torch.sort, values), _traced_bytes("sort", [[length], [], []], [type_name, "Scalar", "Scalar"],
+                                                      ["", "-1", "False"])
+
+
+def measure_sort(dtype: str, length: int, threads: int, budget: Budget) -> dict:
+    """Time ``sort`` of a 1-D tensor of ``length`` values of ``dtype`` (``fp32`` or ``int64``); a
+    record in the dtype the traced op is timed in (an int64 sort in ``fp64``'s, its width)."""
+    from simhpc.costs.opnames import DTYPES
+
+    call, moved = _sort_call(dtype, length)
+    return _record("sort", call, moved, threads, budget, dtype=DTYPES[SORT_DTYPES[dtype]], input=[length])
