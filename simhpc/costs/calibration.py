@@ -107,6 +107,8 @@ TRANSCENDENTAL = {
         "exp",
         "exp2",
         "expm1",
+        "sin",  # a polynomial per element, as an exponential
+        "cos",
         "sigmoid",
         "sigmoid_backward",
         "silu",

@@ -327,7 +327,7 @@ def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any
     return OpKernel(Reduction(dtype=_dtype(kind), n=n, outputs=outputs, op=op))
 
 
-INDEXED_OPS = names("index_select gather scatter scatter_add index_put index_add")
+INDEXED_OPS = names("index_select gather scatter scatter_add index_put _index_put_impl index_add")
 """Ops that move only the indexed elements, not the whole source tensor (an embedding lookup reads
 its batch's rows, not the table)."""
 
@@ -351,7 +351,7 @@ def _indexed(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any])
             return OpKernel(None, f"index_select along dim {dim} of {list(source)} (an inner dimension: "
                                   "the calibration times whole-row selections only)")
         n = _numel(source) // max(1, extent) * _numel(index)
-    elif op == "index_put":
+    elif op in ("index_put", "_index_put_impl"):
         n = _numel(shapes[-1])
     else:  # gather: the index's shape; scatter / scatter_add / index_add: the source's (the last tensor)
         n = _numel(shapes[1] if op == "gather" and len(shapes) > 1 else shapes[-1])
@@ -414,6 +414,49 @@ def _sort(tensor: tuple[list[int], str], concrete: Sequence[Any]) -> OpKernel:
     n = _numel(shape)
     return OpKernel(FrameworkOp(dtype=dtype, op="sort", nbytes=n * (2 * dtype_bytes(dtype) + 8),
                                 rows=max(1, n // max(1, length))))
+
+
+def _resample(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any]) -> OpKernel:
+    """Bytes an upsampling, edge-padding or flip op reads and writes: its input (or output
+    gradient) and its output (or input gradient), whose size the recorded arguments give: an
+    upsampling's ``output_size`` (else its input scaled by its ``scale_factors``), a backward's
+    ``input_size``, a padding's ``[left, right, top, bottom]``."""
+    source, type_name = tensors[0]
+    dtype = _dtype(type_name)
+    if op.endswith("_backward"):
+        if op.startswith("upsample"):  # (grad_output, output_size, input_size, ...)
+            produced = _numel(_int_list(concrete[2] if len(concrete) > 2 else "", []))
+        else:  # (grad_output, input, padding)
+            produced = _numel(tensors[1][0]) if len(tensors) > 1 else 0
+        if not produced:
+            return OpKernel(None, f"{op} without its input's size")
+    elif op.startswith("upsample"):  # (input, output_size, ...) or (input, None, [align_corners,] scale_factors)
+        size = _int_list(concrete[1] if len(concrete) > 1 else "", [])
+        if len(size) != 2:
+            scales = _floats(concrete[-1] if concrete else "")
+            if len(scales) != 2 or len(source) < 3:
+                return OpKernel(None, f"{op} without its output size or scale factors")
+            size = [math.floor(side * scale) for side, scale in zip(source[-2:], scales)]
+        produced = _numel(source[:-2]) * size[0] * size[1]
+    elif op == "flip":
+        produced = _numel(source)
+    else:  # reflection / replication padding: (input, [left, right, top, bottom])
+        pad = _int_list(concrete[1] if len(concrete) > 1 else "", [])
+        if len(pad) != 4 or len(source) < 2:
+            return OpKernel(None, f"{op} without its padding")
+        produced = _numel(source[:-2]) * (source[-2] + pad[2] + pad[3]) * (source[-1] + pad[0] + pad[1])
+    return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + produced) * dtype_bytes(dtype)))
+
+
+def _floats(text: Any) -> list[float]:
+    """A recorded list of numbers (``'[2., 2.]'``), [] if it is not one."""
+    try:
+        value = ast.literal_eval(text.strip()) if isinstance(text, str) and text.strip() else None
+    except (ValueError, SyntaxError):
+        return []
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+        return [float(v) for v in value]
+    return []
 
 
 NLL_LOSS_OPS = names("nll_loss_forward nll_loss2d_forward nll_loss_backward nll_loss2d_backward")
@@ -706,6 +749,8 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=_numel(shape) * dtype_bytes(dtype)))
     if kind == "sort":
         return _sort(tensors[0], concrete)
+    if kind == "resample":
+        return _resample(op, tensors, concrete)
     if op == "copy" and strides and len(shapes) > 1 and is_shape(shapes[1]):
         source = shapes[1]
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)

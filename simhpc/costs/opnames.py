@@ -5,8 +5,9 @@ Kinds: ``gemm`` (mm, addmm, bmm, baddbmm, linear, matmul, mv, ...), ``conv`` (co
 implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x kernel volume,
 batch = groups; the backward is one such GEMM per gradient it computes), ``recurrent`` (oneDNN's
 LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
-``reduction``, ``pool`` (2-D windowed pooling), ``random`` (in-place random fills) and ``sort``, all
-three :class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
+``reduction``, ``pool`` (2-D windowed pooling), ``random`` (in-place random fills), ``resample``
+(upsampling, edge padding, flips) and ``sort``, :class:`~simhpc.costs.kernels.FrameworkOp` by bytes
+moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
 the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
 traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
@@ -51,7 +52,7 @@ TRANSCENDENTAL = names("""
     tanh tanh_backward exp sigmoid sigmoid_backward silu silu_backward gelu gelu_backward erf log log1p
     pow softplus elu rsqrt sqrt _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
     _foreach_sqrt _foreach_pow _foreach_exp log_sigmoid_forward log_sigmoid_backward softplus_backward
-    elu_backward mish mish_backward
+    elu_backward mish mish_backward sin cos
 """)
 ELEMENTWISE_OPS = (
     names("""
@@ -68,7 +69,7 @@ ELEMENTWISE_OPS = (
     _foreach_addcmul _foreach_addcdiv _foreach_lerp _foreach_copy _foreach_zero _foreach_neg
     _foreach_maximum _foreach_clamp_max _foreach_clamp_min _fused_sgd _fused_adam _fused_adamw softmax
     log_softmax hardswish hardswish_backward hardsigmoid hardsigmoid_backward smooth_l1_loss
-    smooth_l1_loss_backward huber_loss huber_loss_backward tril triu arange
+    smooth_l1_loss_backward huber_loss huber_loss_backward tril triu arange _index_put_impl floor ceil round trunc
 """)
     | TRANSCENDENTAL
 )
@@ -82,7 +83,7 @@ VIEW_OPS = names("""
     ones ones_like full full_like new_zeros new_ones new_full _to_dense lift align_to movedim swapaxes
     mT mH record_stream _make_per_tensor_quantized_tensor dropout feature_dropout alpha_dropout
     cudnn_is_acceptable is_same_size _has_same_storage_numel _version _is_zerotensor is_contiguous
-    _nnpack_available _use_cudnn_ctc_loss is_pinned
+    _nnpack_available _use_cudnn_ctc_loss is_pinned unfold
 """)
 """Ops that move no data themselves (``clone``, ``to``, ``zeros`` copy or fill through child ops)."""
 COMPOSITE = names("""
@@ -104,6 +105,12 @@ POOL_OPS = names("""
 """2-D windowed pooling, timed from the calibration's torch measurements of the same op."""
 RANDOM_OPS = names("bernoulli uniform normal")
 """In-place random fills, timed from the calibration's torch measurements of the same op."""
+RESAMPLE_OPS = names("""
+    upsample_nearest2d upsample_nearest2d_backward upsample_bilinear2d upsample_bilinear2d_backward
+    reflection_pad2d reflection_pad2d_backward replication_pad2d replication_pad2d_backward flip
+""")
+"""Image resampling, padding by edge values and flips: each output element read from a computed
+place in the input, timed from the calibration's torch measurements of the same op."""
 SORT_OPS = names("sort")
 """Sorts (``argsort`` and ``msort`` run one as their child), timed from the calibration's torch
 measurements of the same op by the length of a row."""
@@ -115,6 +122,10 @@ UNCOVERED = {
     **dict.fromkeys(
         ("max_pool3d_with_indices", "max_pool3d_with_indices_backward", "avg_pool3d", "avg_pool3d_backward"),
         "3-D windowed pooling: no calibrated kernel",
+    ),
+    **dict.fromkeys(
+        ("index", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive"),
+        "its output's size depends on the values (not recorded): no cost model",
     ),
 }
 """ATen ops known not to be covered by any microbenchmark, with the reason ``compare`` lists."""
@@ -188,6 +199,8 @@ def classify(name: str, category: str = "") -> str:
         return "random"
     if op in SORT_OPS:
         return "sort"
+    if op in RESAMPLE_OPS:
+        return "resample"
     if op in ELEMENTWISE_OPS:
         return "elementwise"
     if op in VIEW_OPS:

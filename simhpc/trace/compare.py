@@ -27,7 +27,7 @@ from typing import Any
 from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.opmap import OpKernel, kernel_for
-from simhpc.costs.opnames import COMPOSITE, base_name
+from simhpc.costs.opnames import COMPOSITE, UNCOVERED, base_name
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions
 from simhpc.trace.framework_costs import cost_after, in_time_order, subtree_footprint
@@ -36,8 +36,8 @@ from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OVERLAP_TOLERANCE_S, OpRecord, Trace
 
 FRAMEWORK_KINDS = (
-    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "sort", "view", "unknown", "compiled",
-    "comm",
+    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "resample", "sort", "view", "unknown",
+    "compiled", "comm",
 )
 """Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 UNPREDICTED_KINDS = {
@@ -228,7 +228,8 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         if result.kernel is None:
             reason = result.reason
             if not reason and _call_key(op) in own_work:
-                reason = "no cost model for this op's own work (its children are timed on their own)"
+                reason = UNCOVERED.get(base_name(op.name),
+                                       "no cost model for this op's own work (its children are timed on their own)")
             predictions.append(OpPrediction(op, None, op.self_time, 0.0, not reason, reason))
             continue
         covers = getattr(model.efficiency, "covers", None)

@@ -1,5 +1,5 @@
 """Framework ops timed through torch: windowed pooling, random fills, ATen pointwise and logical
-reductions, batch norm, indexed ops, sorts.
+reductions, batch norm, indexed ops, resampling and flips, sorts.
 
 - **Pooling**, the ATen ops a CNN's trace shows: ``max_pool2d_with_indices`` (3x3, stride 2,
   padding 1: the ResNet stem's) and its backward, ``avg_pool2d`` (2x2, stride 2) and its backward,
@@ -13,8 +13,9 @@ reductions, batch norm, indexed ops, sorts.
 
 - **Pointwise ops**, ATen's own kernels of the activations and their gradients a trace shows
   (``gelu``, ``tanh``, ``sigmoid``, ``silu`` and their backwards, ``exp``, ``threshold_backward``,
-  ``clamp_min``, ``_softmax`` over rows of 128) and of Adam's denominator (``sqrt``, ``rsqrt``,
-  ``log``, on positive inputs) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB: ATen's vectorised
+  ``clamp_min``, ``_softmax`` over rows of 128), of Adam's denominator (``sqrt``, ``rsqrt``,
+  ``log``, on positive inputs) and of rotary position embeddings (``sin``, ``cos``) on fp32
+  tensors of 16 KiB, 256 KiB and 4 MiB: ATen's vectorised
   transcendental functions run at other rates than the C kernels of ``streams.py`` (its ``gelu``
   took twice as long here; its ``sqrt`` runs at about 1.5 G elements/s per core, a third of a
   ``mul``'s rate). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
@@ -49,6 +50,15 @@ reductions, batch norm, indexed ops, sorts.
   sort of several rows is timed from the points of one row's length, its rows split among the
   threads (``[64, 1024]`` along its last dimension took 2.3 ms on 1 thread, 1.3 ms on 2).
 
+- **Resampling, edge padding and flips**, ``upsample_nearest2d`` and ``upsample_bilinear2d`` (2x)
+  and their backwards, ``reflection_pad2d`` and ``replication_pad2d`` (1 on each side) and their
+  backwards, and ``flip`` of the channels, on the pools' ``[64, 16, H, H]`` fp32 activations. ATen
+  upsamples an NCHW image in a channels-last kernel between two layout copies, which a trace shows
+  as the op's child ``copy_`` ops (timed as layout-changing copies): the forwards are timed on a
+  channels-last image, the kernel alone (76 us for H = 8 here, 360 us with the copies). A
+  backward's zeroing of its input gradient, a child ``fill_`` in a trace, is in its time (a
+  tenth of it or less).
+
 ``bytes`` counts what the op reads and writes, int64 indices included, as
 :func:`simhpc.costs.opmap.kernel_for` counts a traced op of the same kind
 (:class:`simhpc.costs.kernels.FrameworkOp`). Skipped without torch.
@@ -76,7 +86,7 @@ RANDOM_BYTES = (1 << 18, 1 << 22)
 POINTWISE = {  # op: its tensor arguments (x; or grad and x)
     "gelu": 1, "gelu_backward": 2, "tanh": 1, "tanh_backward": 2, "sigmoid": 1, "sigmoid_backward": 2,
     "silu": 1, "silu_backward": 2, "exp": 1, "threshold_backward": 2, "clamp_min": 1, "_softmax": 1,
-    "sqrt": 1, "rsqrt": 1, "log": 1,
+    "sqrt": 1, "rsqrt": 1, "log": 1, "sin": 1, "cos": 1,
 }
 """ATen pointwise ops measured, with their tensor-argument count."""
 POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
@@ -94,6 +104,9 @@ INDEXED = ("index_select", "embedding_dense_backward", "gather", "scatter_add", 
 INDEXED_COUNTS = (512, 8192)
 """Indices per call (rows looked up or scattered into a 20000 x 256 table)."""
 INDEXED_ROWS, INDEXED_WIDTH = 20000, 256
+RESAMPLE = ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
+            "reflection_pad2d", "reflection_pad2d_backward", "replication_pad2d", "replication_pad2d_backward", "flip")
+"""Resampling, edge-padding and flip ops measured."""
 SORT_LENGTHS = (1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 17)
 """Elements of the 1-D tensors sorted: the cost per element grows with the length, unevenly."""
 SORT_DTYPES = {"fp32": "float", "int64": "long int"}
@@ -207,6 +220,8 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
         "sqrt": lambda: aten.sqrt(positive),
         "rsqrt": lambda: aten.rsqrt(positive),
         "log": lambda: aten.log(positive),
+        "sin": lambda: aten.sin(x),
+        "cos": lambda: aten.cos(x),
     }
     tensors = POINTWISE[op]
     shapes = [list(x.shape)] * tensors + [[]]
@@ -351,3 +366,45 @@ def measure_sort(dtype: str, length: int, threads: int, budget: Budget) -> dict:
 
     call, moved = _sort_call(dtype, length)
     return _record("sort", call, moved, threads, budget, dtype=DTYPES[SORT_DTYPES[dtype]], input=[length])
+
+
+def _resample_call(op: str, side: int) -> tuple[Callable[[], object], int]:
+    """The ATen call of a resampling, edge-padding or flip op on ``[64, 16, side, side]`` fp32 (an
+    upsampling's forward on the image stored channels-last, its kernel's own layout; a backward on
+    the forward's output gradient) and the bytes ``kernel_for`` counts for it."""
+    import torch
+
+    aten = torch.ops.aten
+    x = torch.randn(POOL_BATCH, POOL_CHANNELS, side, side)
+    shape = list(x.shape)
+    if op == "flip":
+        return partial(aten.flip, x, [1]), _traced_bytes(op, [shape, []], ["float", "ScalarList"], ["", "[1]"])
+    base = op.removesuffix("_backward")
+    if base.startswith("upsample"):
+        out = [2 * side, 2 * side]
+        bilinear = base == "upsample_bilinear2d"
+        corners = ["False"] if bilinear else []
+        kernel = getattr(aten, base)
+        if op == base:
+            image = x.contiguous(memory_format=torch.channels_last)
+            return partial(kernel, image, out, *([False] if bilinear else [])), _traced_bytes(
+                op, [shape, [], *[[]] * len(corners)], ["float", "ScalarList", *["Scalar"] * len(corners)],
+                ["", str(out), *corners])
+        grad = torch.randn_like(kernel(x, out, *([False] if bilinear else [])))
+        call = partial(getattr(aten, op), grad, out, shape, *([False] if bilinear else []))
+        return call, _traced_bytes(op, [list(grad.shape), [], [], *[[]] * len(corners)],
+                                   ["float", "ScalarList", "ScalarList", *["Scalar"] * len(corners)],
+                                   ["", str(out), str(shape), *corners])
+    pad = [1, 1, 1, 1]
+    forward = partial(getattr(aten, base), x, pad)
+    if op == base:
+        return forward, _traced_bytes(op, [shape, []], ["float", "ScalarList"], ["", str(pad)])
+    grad = torch.randn_like(forward())
+    return partial(getattr(aten, op), grad, x, pad), _traced_bytes(
+        op, [list(grad.shape), shape, []], ["float", "float", "ScalarList"], ["", "", str(pad)])
+
+
+def measure_resample(op: str, side: int, threads: int, budget: Budget) -> dict:
+    """Time one resampling, edge-padding or flip op (one of ``RESAMPLE``) on ``[64, 16, side,
+    side]`` fp32; a record."""
+    return _record(op, *_resample_call(op, side), threads, budget, input=[POOL_BATCH, POOL_CHANNELS, side, side])

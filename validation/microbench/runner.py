@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 26
+SUITE_VERSION = 27
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -154,6 +154,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for count in framework.INDEXED_COUNTS[:1] if quick else framework.INDEXED_COUNTS:
                     call = partial(framework.measure_indexed, op, count, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {count} indices", call))
+            for op in framework.RESAMPLE:
+                for side in framework.QUICK_POOL_SIDES if quick else framework.POOL_SIDES:
+                    call = partial(framework.measure_resample, op, side, t, budget)
+                    tasks.append(Task("framework", f"{op} {t}t {side}x{side}", call))
             for dtype in framework.SORT_DTYPES:
                 for length in framework.SORT_LENGTHS[1:2] if quick else framework.SORT_LENGTHS:
                     call = partial(framework.measure_sort, dtype, length, t, budget)
