@@ -117,3 +117,40 @@ def test_microbench_upsamples_a_channels_last_image_and_counts_the_traced_bytes(
         assert row["op"] == op and row["input"] == [64, 16, 8, 8] and 0 < row["time_s"] < 0.05
     forward = framework.measure_resample("upsample_nearest2d", 8, 1, QUICK)
     assert forward["bytes"] == 64 * 16 * (8 * 8 + 16 * 16) * 4
+
+
+def test_sampling_grids_gated_units_and_shuffles() -> None:
+    grid = _bytes("aten::grid_sampler_2d", [[8, 3, 128, 128], [8, 32, 32, 2], [], [], []],
+                  ["float", "float", "Scalar", "Scalar", "Scalar"], ["", "", "0", "0", "False"])
+    assert grid == (8 * 3 * 128 * 128 + 8 * 32 * 32 * 2 + 8 * 3 * 32 * 32) * 4  # one output per grid point and channel
+    types = ["float", "float", "float", "Scalar", "Scalar", "Scalar", "ScalarList"]
+    dims = [[8, 3, 32, 32], [8, 3, 128, 128], [8, 32, 32, 2], [], [], [], []]
+    input_only = _bytes("aten::grid_sampler_2d_backward", dims, types, ["", "", "", "0", "0", "False", "[True, False]"])
+    both = _bytes("aten::grid_sampler_2d_backward", dims, types, ["", "", "", "0", "0", "False", "[True, True]"])
+    assert both - input_only == 8 * 32 * 32 * 2 * 4  # the grid's gradient
+    glu = _kernel("aten::glu", [[16, 64, 1024], []], ["float", "Scalar"], ["", "1"], ("aten::narrow",)).kernel
+    assert glu.bytes() == 16 * 64 * 1024 * 4 * 3 // 2 and glu.flops_per_element > 1  # both halves in, one out
+    glu_backward = _kernel("aten::glu_backward", [[16, 32, 512], [16, 64, 512], []], ["float", "float", "Scalar"],
+                           ["", "", "1"]).kernel
+    assert glu_backward.bytes() == 16 * 32 * 512 * 4 * 5  # the gradient and both halves in, both halves out
+    pool = _kernel("aten::adaptive_max_pool2d", [[16, 32, 1, 512], []], ["float", "ScalarList"], ["", "[1, 4]"]).kernel
+    assert (pool.n, pool.outputs) == (16 * 32 * 512, 16 * 32 * 4)
+    shuffle = _kernel("aten::pixel_shuffle", [[8, 48, 32, 32], []], ["float", "Scalar"], ["", "4"],
+                      ("aten::empty", "aten::resize_")).kernel
+    assert (shuffle.kind, shuffle.run, shuffle.bytes()) == ("copy", 1, 2 * 8 * 48 * 32 * 32 * 4)
+    for op, dims, types in (("aten::sgn", [[16, 4]], ["float"]), ("aten::xlogy", [[64], [64]], ["float", "float"])):
+        assert _kernel(op, dims, types, [""] * len(dims)).kernel is not None
+    assert _kernel("aten::resize_as_", [[0], [16, 64], []], ["float", "float", ""], ["", "", ""],
+                   ("aten::resize_",)).reason == ""
+
+
+def test_prelu_uses_its_own_points() -> None:
+    """ATen's PReLU backward runs near 2 GB/s here, a tenth of a stream: a curve of its own."""
+    cal = load_calibration(COMMITTED_CALIBRATION)
+    efficiency = CalibratedEfficiency(cal, blas="torch")
+    for op, tensors in (("_prelu_kernel", 1), ("_prelu_kernel_backward", 2)):
+        row = next(r for r in cal.rows("framework") if r["op"] == op and r["threads"] == 1 and r["bytes"] > MIB)
+        n = row["bytes"] // 4 // (tensors + 1)
+        kernel = _kernel(f"aten::{op}", [[n]] * tensors + [[1]], ["float"] * (tensors + 1), [""] * (tensors + 1)).kernel
+        assert kernel.bytes() == row["bytes"]
+        assert efficiency.host_time(kernel, 1) == pytest.approx(row["time_s"], rel=1e-6)

@@ -109,6 +109,9 @@ TRANSCENDENTAL = {
         "expm1",
         "sin",  # a polynomial per element, as an exponential
         "cos",
+        "glu",  # a sigmoid per output
+        "glu_backward",
+        "xlogy",
         "sigmoid",
         "sigmoid_backward",
         "silu",

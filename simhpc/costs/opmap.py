@@ -321,6 +321,9 @@ def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any
     n = sum(_numel(s) for s, _ in tensors) if op.startswith("_foreach") else _numel(shape)
     dims = _int_list(concrete[1] if len(concrete) > 1 else "", [])
     outputs = 1
+    if op == "adaptive_max_pool2d":  # (input, output_size): a max over each window of the last two dimensions
+        return OpKernel(Reduction(dtype=_dtype(kind), n=n, outputs=max(1, _numel(shape[:-2]) * _numel(dims)),
+                                  op="amax"))
     if dims and shape:
         reduced = math.prod(shape[d] for d in dims if -len(shape) <= d < len(shape))
         outputs = max(1, n // max(1, reduced))
@@ -423,6 +426,8 @@ def _resample(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[
     ``input_size``, a padding's ``[left, right, top, bottom]``."""
     source, type_name = tensors[0]
     dtype = _dtype(type_name)
+    if op.startswith("grid_sampler"):
+        return _grid_sampler(op, tensors, concrete, dtype)
     if op.endswith("_backward"):
         if op.startswith("upsample"):  # (grad_output, output_size, input_size, ...)
             produced = _numel(_int_list(concrete[2] if len(concrete) > 2 else "", []))
@@ -446,6 +451,25 @@ def _resample(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[
             return OpKernel(None, f"{op} without its padding")
         produced = _numel(source[:-2]) * (source[-2] + pad[2] + pad[3]) * (source[-1] + pad[0] + pad[1])
     return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + produced) * dtype_bytes(dtype)))
+
+
+def _grid_sampler(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any], dtype: str) -> OpKernel:
+    """``grid_sampler_2d(input, grid, ...)``: the grid read and one output per grid point and
+    channel written, the input read (at most once); its backward ``(grad_output, input, grid, ...,
+    output_mask)`` reads those three and writes the input's gradient and, if asked, the grid's."""
+    shapes = [shape for shape, _ in tensors]
+    if op.endswith("_backward"):
+        if len(shapes) < 3:
+            return OpKernel(None, f"{op} without its input and grid")
+        mask = str(concrete[-1]) if concrete else ""
+        grid_gradient = _numel(shapes[2]) if "True]" in mask.replace(" ", "") else 0
+        elements = _numel(shapes[0]) + 2 * _numel(shapes[1]) + _numel(shapes[2]) + grid_gradient
+    else:
+        if len(shapes) < 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
+            return OpKernel(None, f"{op} without a 4-D input and grid")
+        outputs = shapes[0][0] * shapes[0][1] * shapes[1][1] * shapes[1][2]
+        elements = _numel(shapes[0]) + _numel(shapes[1]) + outputs
+    return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=elements * dtype_bytes(dtype)))
 
 
 def _floats(text: Any) -> list[float]:
@@ -513,6 +537,12 @@ def _elementwise(op: str, tensors: list[tuple[list[int], str]], concrete: Sequen
     elif op in ("cat", "stack"):
         n = sum(_numel(s) for s, _ in tensors)
         inputs = 1
+    elif op == "glu":  # (input, dim): two halves read, one written
+        n, inputs = n // 2, 2
+    elif op == "glu_backward":  # (grad, input, dim): the gradient and both halves read, both halves written
+        n, inputs, outputs = _numel(tensors[0][0]), 3, 2
+    elif op == "adaptive_max_pool2d_backward":  # (grad, input, indices): each gradient scattered to its maximum
+        n, inputs = _numel(tensors[0][0]), 2
     elif op == "embedding_dense_backward":
         # (grad, indices, num_weights, ...): the whole weight gradient, num_weights x width, is
         # zeroed and written besides the gradient rows read (unless a traced child zeroes it)
@@ -751,6 +781,9 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         return _sort(tensors[0], concrete)
     if kind == "resample":
         return _resample(op, tensors, concrete)
+    if op in ("pixel_shuffle", "pixel_unshuffle"):  # a layout change: neighbouring outputs from other channels
+        shape, type_name = tensors[0]
+        return OpKernel(Copy(nbytes=_numel(shape) * dtype_bytes(_dtype(type_name)), dtype=_dtype(type_name), run=1))
     if op == "copy" and strides and len(shapes) > 1 and is_shape(shapes[1]):
         source = shapes[1]
         run = _contiguous_run(source, strides[1] if len(strides) > 1 else None)

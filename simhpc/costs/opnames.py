@@ -46,13 +46,13 @@ RECURRENT_OPS = {"mkldnn_rnn_layer": False, "mkldnn_rnn_layer_backward": True}
 and whether each is the backward."""
 REDUCTION_OPS = names("""
     sum mean amax amin max min argmax argmin norm linalg_vector_norm var std var_mean std_mean prod
-    logsumexp all any _foreach_norm
+    logsumexp all any _foreach_norm adaptive_max_pool2d
 """)
 TRANSCENDENTAL = names("""
     tanh tanh_backward exp sigmoid sigmoid_backward silu silu_backward gelu gelu_backward erf log log1p
     pow softplus elu rsqrt sqrt _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
     _foreach_sqrt _foreach_pow _foreach_exp log_sigmoid_forward log_sigmoid_backward softplus_backward
-    elu_backward mish mish_backward sin cos
+    elu_backward mish mish_backward sin cos glu glu_backward xlogy
 """)
 ELEMENTWISE_OPS = (
     names("""
@@ -70,6 +70,7 @@ ELEMENTWISE_OPS = (
     _foreach_maximum _foreach_clamp_max _foreach_clamp_min _fused_sgd _fused_adam _fused_adamw softmax
     log_softmax hardswish hardswish_backward hardsigmoid hardsigmoid_backward smooth_l1_loss
     smooth_l1_loss_backward huber_loss huber_loss_backward tril triu arange _index_put_impl floor ceil round trunc
+    sgn _prelu_kernel _prelu_kernel_backward adaptive_max_pool2d_backward pixel_shuffle pixel_unshuffle
 """)
     | TRANSCENDENTAL
 )
@@ -83,7 +84,7 @@ VIEW_OPS = names("""
     ones ones_like full full_like new_zeros new_ones new_full _to_dense lift align_to movedim swapaxes
     mT mH record_stream _make_per_tensor_quantized_tensor dropout feature_dropout alpha_dropout
     cudnn_is_acceptable is_same_size _has_same_storage_numel _version _is_zerotensor is_contiguous
-    _nnpack_available _use_cudnn_ctc_loss is_pinned unfold
+    _nnpack_available _use_cudnn_ctc_loss is_pinned unfold resize_as
 """)
 """Ops that move no data themselves (``clone``, ``to``, ``zeros`` copy or fill through child ops)."""
 COMPOSITE = names("""
@@ -108,9 +109,11 @@ RANDOM_OPS = names("bernoulli uniform normal")
 RESAMPLE_OPS = names("""
     upsample_nearest2d upsample_nearest2d_backward upsample_bilinear2d upsample_bilinear2d_backward
     reflection_pad2d reflection_pad2d_backward replication_pad2d replication_pad2d_backward flip
+    grid_sampler_2d grid_sampler_2d_backward
 """)
-"""Image resampling, padding by edge values and flips: each output element read from a computed
-place in the input, timed from the calibration's torch measurements of the same op."""
+"""Image resampling (by a scale or a sampling grid), padding by edge values and flips: each
+output element read from a computed place in the input, timed from the calibration's torch
+measurements of the same op."""
 SORT_OPS = names("sort")
 """Sorts (``argsort`` and ``msort`` run one as their child), timed from the calibration's torch
 measurements of the same op by the length of a row."""

@@ -14,8 +14,9 @@ reductions, batch norm, indexed ops, resampling and flips, sorts.
 - **Pointwise ops**, ATen's own kernels of the activations and their gradients a trace shows
   (``gelu``, ``tanh``, ``sigmoid``, ``silu`` and their backwards, ``exp``, ``threshold_backward``,
   ``clamp_min``, ``_softmax`` over rows of 128), of Adam's denominator (``sqrt``, ``rsqrt``,
-  ``log``, on positive inputs) and of rotary position embeddings (``sin``, ``cos``) on fp32
-  tensors of 16 KiB, 256 KiB and 4 MiB: ATen's vectorised
+  ``log``, on positive inputs), of rotary position embeddings (``sin``, ``cos``) and PReLU
+  (``_prelu_kernel`` and its backward, 0.9 GB/s here) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB:
+  ATen's vectorised
   transcendental functions run at other rates than the C kernels of ``streams.py`` (its ``gelu``
   took twice as long here; its ``sqrt`` runs at about 1.5 G elements/s per core, a third of a
   ``mul``'s rate). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
@@ -52,7 +53,8 @@ reductions, batch norm, indexed ops, resampling and flips, sorts.
 
 - **Resampling, edge padding and flips**, ``upsample_nearest2d`` and ``upsample_bilinear2d`` (2x)
   and their backwards, ``reflection_pad2d`` and ``replication_pad2d`` (1 on each side) and their
-  backwards, and ``flip`` of the channels, on the pools' ``[64, 16, H, H]`` fp32 activations. ATen
+  backwards, ``flip`` of the channels, and ``grid_sampler_2d`` (bilinear, a random grid of the
+  image's size) and its backward, on the pools' ``[64, 16, H, H]`` fp32 activations. ATen
   upsamples an NCHW image in a channels-last kernel between two layout copies, which a trace shows
   as the op's child ``copy_`` ops (timed as layout-changing copies): the forwards are timed on a
   channels-last image, the kernel alone (76 us for H = 8 here, 360 us with the copies). A
@@ -86,9 +88,10 @@ RANDOM_BYTES = (1 << 18, 1 << 22)
 POINTWISE = {  # op: its tensor arguments (x; or grad and x)
     "gelu": 1, "gelu_backward": 2, "tanh": 1, "tanh_backward": 2, "sigmoid": 1, "sigmoid_backward": 2,
     "silu": 1, "silu_backward": 2, "exp": 1, "threshold_backward": 2, "clamp_min": 1, "_softmax": 1,
-    "sqrt": 1, "rsqrt": 1, "log": 1, "sin": 1, "cos": 1,
+    "sqrt": 1, "rsqrt": 1, "log": 1, "sin": 1, "cos": 1, "_prelu_kernel": 1, "_prelu_kernel_backward": 2,
 }
-"""ATen pointwise ops measured, with their tensor-argument count."""
+"""ATen pointwise ops measured, with their count of tensor arguments of the input's size (a PReLU's
+weight besides: one slope)."""
 POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
 """Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 LOGICAL = ("all", "any")
@@ -105,7 +108,8 @@ INDEXED_COUNTS = (512, 8192)
 """Indices per call (rows looked up or scattered into a 20000 x 256 table)."""
 INDEXED_ROWS, INDEXED_WIDTH = 20000, 256
 RESAMPLE = ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
-            "reflection_pad2d", "reflection_pad2d_backward", "replication_pad2d", "replication_pad2d_backward", "flip")
+            "reflection_pad2d", "reflection_pad2d_backward", "replication_pad2d", "replication_pad2d_backward", "flip",
+            "grid_sampler_2d", "grid_sampler_2d_backward")
 """Resampling, edge-padding and flip ops measured."""
 SORT_LENGTHS = (1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 17)
 """Elements of the 1-D tensors sorted: the cost per element grows with the length, unevenly."""
@@ -203,6 +207,7 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
     x = torch.randn(n // SOFTMAX_ROW, SOFTMAX_ROW) if op == "_softmax" else torch.randn(n)
     grad = torch.randn_like(x)
     positive = x.abs() + 0.5
+    slope = torch.full((1,), 0.25)
     aten = torch.ops.aten
     calls = {
         "gelu": lambda: aten.gelu(x),
@@ -222,10 +227,12 @@ def _pointwise_call(op: str, nbytes: int) -> tuple[Callable[[], object], int]:
         "log": lambda: aten.log(positive),
         "sin": lambda: aten.sin(x),
         "cos": lambda: aten.cos(x),
+        "_prelu_kernel": lambda: aten._prelu_kernel(x, slope),
+        "_prelu_kernel_backward": lambda: aten._prelu_kernel_backward(grad, x, slope),
     }
     tensors = POINTWISE[op]
-    shapes = [list(x.shape)] * tensors + [[]]
-    types = ["float"] * tensors + ["Scalar"]
+    shapes = [list(x.shape)] * tensors + ([[1]] if "prelu" in op else [[]])
+    types = ["float"] * tensors + (["float"] if "prelu" in op else ["Scalar"])
     kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), shapes, types, [], False).kernel
     return calls[op], int(kernel.bytes())
 
@@ -379,6 +386,16 @@ def _resample_call(op: str, side: int) -> tuple[Callable[[], object], int]:
     shape = list(x.shape)
     if op == "flip":
         return partial(aten.flip, x, [1]), _traced_bytes(op, [shape, []], ["float", "ScalarList"], ["", "[1]"])
+    if op.startswith("grid_sampler"):  # bilinear, zero padding, a random grid of the image's size
+        grid = torch.rand(POOL_BATCH, side, side, 2) * 2 - 1
+        settings, types = ["0", "0", "False"], ["float", "float", "Scalar", "Scalar", "Scalar"]
+        if op == "grid_sampler_2d":
+            return partial(aten.grid_sampler_2d, x, grid, 0, 0, False), _traced_bytes(
+                op, [shape, list(grid.shape), [], [], []], types, ["", "", *settings])
+        grad = torch.randn_like(x)
+        return partial(aten.grid_sampler_2d_backward, grad, x, grid, 0, 0, False, [True, True]), _traced_bytes(
+            op, [shape, shape, list(grid.shape), [], [], [], []], ["float", *types, "ScalarList"],
+            ["", "", "", *settings, "[True, True]"])
     base = op.removesuffix("_backward")
     if base.startswith("upsample"):
         out = [2 * side, 2 * side]
