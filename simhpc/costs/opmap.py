@@ -453,6 +453,30 @@ def _resample(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[
     return OpKernel(FrameworkOp(dtype=dtype, op=op, nbytes=(_numel(source) + produced) * dtype_bytes(dtype)))
 
 
+def _embedding_bag(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any]) -> OpKernel:
+    """An embedding bag's own work, in sum or mean mode, as the indexed op of the same accesses
+    (the calibration's ``index_select`` and ``index_add`` points, by bytes): its forward
+    ``(weight, indices, offsets, ...)`` gathers one row per index and writes one per bag; its dense
+    backward ``(grad, indices, offset2bag, bag_size, ...)`` adds each index's bag gradient into its
+    row of the weight's gradient (a read, a read and a write per element, as ``index_add``). The
+    sort of its indices, the zeroing of the gradient and the offsets are its child ops."""
+    shapes = [shape for shape, _ in tensors]
+    backward = op.endswith("_dense_backward")
+    mode = str(concrete[7 if backward else 4]) if len(concrete) > (7 if backward else 4) else ""
+    if mode not in ("0", "1"):
+        return OpKernel(None, f"{op} in max mode (or an unrecorded mode): no cost model (sum and mean are modelled)")
+    if len(shapes) < 3 or len(shapes[0]) != 2:
+        return OpKernel(None, f"{op} without its table or gradient, indices and offsets")
+    dtype = _dtype(tensors[0][1])
+    size = dtype_bytes(dtype)
+    width, indices = shapes[0][1], _numel(shapes[1])
+    if backward:
+        return OpKernel(FrameworkOp(dtype=dtype, op="index_add", nbytes=3 * indices * width * size))
+    bags = _numel(shapes[2])
+    nbytes = (indices + bags) * width * size + 8 * (indices + bags)  # rows gathered, bags written, int64 indices
+    return OpKernel(FrameworkOp(dtype=dtype, op="index_select", nbytes=nbytes))
+
+
 def _grid_sampler(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[Any], dtype: str) -> OpKernel:
     """``grid_sampler_2d(input, grid, ...)``: the grid read and one output per grid point and
     channel written, the input read (at most once); its backward ``(grad_output, input, grid, ...,
@@ -781,6 +805,8 @@ def _own_work(op: str, kind: str, shapes: Sequence[Any], dtypes: Sequence[str], 
         return _sort(tensors[0], concrete)
     if kind == "resample":
         return _resample(op, tensors, concrete)
+    if kind == "embedding":
+        return _embedding_bag(op, tensors, concrete)
     if op in ("pixel_shuffle", "pixel_unshuffle"):  # a layout change: neighbouring outputs from other channels
         shape, type_name = tensors[0]
         return OpKernel(Copy(nbytes=_numel(shape) * dtype_bytes(_dtype(type_name)), dtype=_dtype(type_name), run=1))

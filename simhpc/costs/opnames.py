@@ -6,8 +6,8 @@ implicit GEMMs: m = N x H_out x W_out, n = C_out / groups, k = C_in / groups x k
 batch = groups; the backward is one such GEMM per gradient it computes), ``recurrent`` (oneDNN's
 LSTM/GRU layers, :class:`~simhpc.costs.kernels.Recurrent`), ``elementwise``,
 ``reduction``, ``pool`` (2-D windowed pooling), ``random`` (in-place random fills), ``resample``
-(upsampling, edge padding, flips) and ``sort``, :class:`~simhpc.costs.kernels.FrameworkOp` by bytes
-moved, ``view`` (metadata and allocation ops:
+(upsampling, grid sampling, edge padding, flips), ``embedding`` (embedding bags) and ``sort``,
+:class:`~simhpc.costs.kernels.FrameworkOp` by bytes moved, ``view`` (metadata and allocation ops:
 no kernel, zero cost), ``group`` (annotations, autograd and optimizer wrappers: their children do
 the work), ``step`` (``ProfilerStep#N``), ``span`` (events of other timelines, e.g. simhpc's own
 traces), ``compiled`` (a ``torch.compile`` graph call, whose fused kernels the profiler does not
@@ -114,6 +114,10 @@ RESAMPLE_OPS = names("""
 """Image resampling (by a scale or a sampling grid), padding by edge values and flips: each
 output element read from a computed place in the input, timed from the calibration's torch
 measurements of the same op."""
+EMBEDDING_BAG_OPS = names("_embedding_bag _embedding_bag_forward_only _embedding_bag_dense_backward")
+"""An embedding bag's lookup (rows gathered and reduced per bag) and its gradient (each looked-up
+row's bag gradient added into the weight's), timed at the measured rates of ``index_select`` and
+``index_add``, the same accesses."""
 SORT_OPS = names("sort")
 """Sorts (``argsort`` and ``msort`` run one as their child), timed from the calibration's torch
 measurements of the same op by the length of a row."""
@@ -202,6 +206,8 @@ def classify(name: str, category: str = "") -> str:
         return "random"
     if op in SORT_OPS:
         return "sort"
+    if op in EMBEDDING_BAG_OPS:
+        return "embedding"
     if op in RESAMPLE_OPS:
         return "resample"
     if op in ELEMENTWISE_OPS:

@@ -36,8 +36,8 @@ from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OVERLAP_TOLERANCE_S, OpRecord, Trace
 
 FRAMEWORK_KINDS = (
-    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "resample", "sort", "view", "unknown",
-    "compiled", "comm",
+    "gemm", "conv", "recurrent", "elementwise", "reduction", "pool", "random", "resample", "embedding", "sort", "view",
+    "unknown", "compiled", "comm",
 )
 """Op kinds counted as ops (wrappers such as annotations, autograd nodes and steps are not)."""
 UNPREDICTED_KINDS = {

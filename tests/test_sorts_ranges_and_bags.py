@@ -1,4 +1,4 @@
-"""Traced ``sort``, ``arange``, ``tril`` and ``triu``: their kernels and their calibrated times."""
+"""Traced ``sort``, ``arange``, ``tril``, ``triu`` and embedding bags: their kernels and their calibrated times."""
 
 from __future__ import annotations
 
@@ -122,3 +122,28 @@ def test_microbench_sort_records_the_traced_ops_bytes_and_dtype() -> None:
     row = framework.measure_sort("int64", 1024, 1, QUICK)
     assert (row["op"], row["dtype"], row["input"], row["bytes"]) == ("sort", "fp64", [1024], 1024 * 24)
     assert 0 < row["time_s"] < 0.01
+
+
+BAG_TYPES = ["float", "long int", "long int", "Scalar", "Scalar", "Scalar", "", "Scalar", "Scalar"]
+BAG_BACKWARD_TYPES = ["float", "long int", "long int", "long int", "long int", "Scalar", "Scalar", "Scalar", "",
+                      "Scalar"]
+
+
+def test_an_embedding_bag_is_timed_as_the_indexed_ops_of_its_accesses() -> None:
+    """Its lookup gathers a row per index and writes one per bag (``index_select``'s accesses); its
+    dense backward adds each index's bag gradient into the weight's row (``index_add``'s)."""
+    dims = [[20000, 64], [12800], [256], *[[]] * 6]
+    lookup = _kernel("aten::_embedding_bag", dims, BAG_TYPES, ["", "", "", "False", "1", "False", "", "False", "-1"],
+                     ("aten::empty",)).kernel
+    assert lookup == FrameworkOp(dtype="fp32", op="index_select", nbytes=(12800 + 256) * 64 * 4 + 8 * (12800 + 256))
+    backward_dims = [[256, 64], [12800], [12800], [256], [256], *[[]] * 5]
+    children = ("aten::sort", "aten::index_select")
+    gradient = _kernel("aten::_embedding_bag_dense_backward", backward_dims, BAG_BACKWARD_TYPES,
+                       ["", "", "", "", "", "20000", "False", "0", "", "-1"], children).kernel
+    assert gradient == FrameworkOp(dtype="fp32", op="index_add", nbytes=3 * 12800 * 64 * 4)
+    most = _kernel("aten::_embedding_bag", dims, BAG_TYPES, ["", "", "", "False", "2", "False", "", "False", "-1"])
+    assert most.kernel is None and "max mode" in most.reason
+    cal = load_calibration(COMMITTED_CALIBRATION)
+    row = next(r for r in cal.rows("framework") if r["op"] == "index_add" and r["threads"] == 1)
+    same_bytes = FrameworkOp(dtype="fp32", op="index_add", nbytes=row["bytes"])
+    assert CalibratedEfficiency(cal, blas="torch").host_time(same_bytes, 1) == pytest.approx(row["time_s"], rel=1e-6)
