@@ -269,8 +269,10 @@ class Copy(Kernel):
 class FrameworkOp(Kernel):
     """A framework op with no BLAS or streaming analogue, timed from a calibration's measurements
     of the same ``op`` by the bytes it moves: windowed pooling (``max_pool2d_with_indices``,
-    ``avg_pool2d`` and their backwards), random fills (``bernoulli``, ``uniform``, ``normal``) and
-    sorts (``sort``).
+    ``avg_pool2d`` and their backwards), random fills (``bernoulli``, ``uniform``, ``normal``),
+    sorts (``sort``), resampling, edge padding and flips (``upsample_bilinear2d``,
+    ``grid_sampler_2d``, ``reflection_pad2d``, ``flip``, ...), and an embedding bag's accesses (as
+    the ``index_select`` and ``index_add`` they are).
 
     ``nbytes``: bytes read and written, int64 pooling and sort indices included. A pooling forward
     also carries its geometry, since its loop's work is not its bytes: ``window`` (the input

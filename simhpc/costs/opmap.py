@@ -423,7 +423,8 @@ def _resample(op: str, tensors: list[tuple[list[int], str]], concrete: Sequence[
     """Bytes an upsampling, edge-padding or flip op reads and writes: its input (or output
     gradient) and its output (or input gradient), whose size the recorded arguments give: an
     upsampling's ``output_size`` (else its input scaled by its ``scale_factors``), a backward's
-    ``input_size``, a padding's ``[left, right, top, bottom]``."""
+    ``input_size``, a padding's ``[left, right, top, bottom]``; a grid sampler's, by its grid
+    (:func:`_grid_sampler`)."""
     source, type_name = tensors[0]
     dtype = _dtype(type_name)
     if op.startswith("grid_sampler"):
@@ -472,7 +473,7 @@ def _embedding_bag(op: str, tensors: list[tuple[list[int], str]], concrete: Sequ
     width, indices = shapes[0][1], _numel(shapes[1])
     if backward:
         return OpKernel(FrameworkOp(dtype=dtype, op="index_add", nbytes=3 * indices * width * size))
-    bags = _numel(shapes[2])
+    bags = _numel(shapes[2]) - (1 if len(concrete) > 7 and str(concrete[7]) == "True" else 0)  # include_last_offset
     nbytes = (indices + bags) * width * size + 8 * (indices + bags)  # rows gathered, bags written, int64 indices
     return OpKernel(FrameworkOp(dtype=dtype, op="index_select", nbytes=nbytes))
 

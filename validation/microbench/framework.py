@@ -16,10 +16,9 @@ reductions, batch norm, indexed ops, resampling and flips, sorts.
   ``clamp_min``, ``_softmax`` over rows of 128), of Adam's denominator (``sqrt``, ``rsqrt``,
   ``log``, on positive inputs), of rotary position embeddings (``sin``, ``cos``) and PReLU
   (``_prelu_kernel`` and its backward, 0.9 GB/s here) on fp32 tensors of 16 KiB, 256 KiB and 4 MiB:
-  ATen's vectorised
-  transcendental functions run at other rates than the C kernels of ``streams.py`` (its ``gelu``
-  took twice as long here; its ``sqrt`` runs at about 1.5 G elements/s per core, a third of a
-  ``mul``'s rate). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
+  ATen's vectorised transcendental functions run at other rates than the C kernels of
+  ``streams.py`` (its ``gelu`` took twice as long here; its ``sqrt`` runs at about 1.5 G
+  elements/s per core, a third of a ``mul``'s rate). ``bytes`` is what :func:`simhpc.costs.opmap.kernel_for`
   counts for the same traced op, so a trace's op is timed from the points of its own name.
 
 - **Logical reductions**, ``all`` and ``any`` over a bool tensor (a mask's check) of 16 KiB,
@@ -399,19 +398,16 @@ def _resample_call(op: str, side: int) -> tuple[Callable[[], object], int]:
     base = op.removesuffix("_backward")
     if base.startswith("upsample"):
         out = [2 * side, 2 * side]
-        bilinear = base == "upsample_bilinear2d"
-        corners = ["False"] if bilinear else []
-        kernel = getattr(aten, base)
+        corners = [False] if base == "upsample_bilinear2d" else []  # align_corners: a bilinear's only
+        flags = (["Scalar"] * len(corners), [[]] * len(corners), [str(c) for c in corners])
         if op == base:
             image = x.contiguous(memory_format=torch.channels_last)
-            return partial(kernel, image, out, *([False] if bilinear else [])), _traced_bytes(
-                op, [shape, [], *[[]] * len(corners)], ["float", "ScalarList", *["Scalar"] * len(corners)],
-                ["", str(out), *corners])
-        grad = torch.randn_like(kernel(x, out, *([False] if bilinear else [])))
-        call = partial(getattr(aten, op), grad, out, shape, *([False] if bilinear else []))
-        return call, _traced_bytes(op, [list(grad.shape), [], [], *[[]] * len(corners)],
-                                   ["float", "ScalarList", "ScalarList", *["Scalar"] * len(corners)],
-                                   ["", str(out), str(shape), *corners])
+            return partial(getattr(aten, op), image, out, *corners), _traced_bytes(
+                op, [shape, [], *flags[1]], ["float", "ScalarList", *flags[0]], ["", str(out), *flags[2]])
+        grad = torch.randn_like(getattr(aten, base)(x, out, *corners))
+        return partial(getattr(aten, op), grad, out, shape, *corners), _traced_bytes(
+            op, [list(grad.shape), [], [], *flags[1]], ["float", "ScalarList", "ScalarList", *flags[0]],
+            ["", str(out), str(shape), *flags[2]])
     pad = [1, 1, 1, 1]
     forward = partial(getattr(aten, base), x, pad)
     if op == base:
