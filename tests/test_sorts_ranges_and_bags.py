@@ -48,6 +48,9 @@ def test_arange_wrappers_empty_ranges_and_unreadable_bounds() -> None:
     assert zero_step.kernel is None and "zero step" in zero_step.reason
     unread = _kernel("aten::arange", [[], [0]], ["Scalar", "long int"], ["", ""])
     assert unread.kernel is None and "range not recorded" in unread.reason
+    for bounds in (["0", "1e30", "1e-30"], ["0", "inf", "1"], ["0", "nan", "1"]):  # a mutated trace's
+        absurd = _kernel("aten::arange", [[], [], [], [0]], ["Scalar", "Scalar", "Scalar", "long int"], [*bounds, ""])
+        assert absurd.kernel is None and absurd.reason
 
 
 @pytest.mark.parametrize("op", ["tril", "triu", "tril_"])

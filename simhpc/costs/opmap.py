@@ -402,6 +402,8 @@ def _arange(dtypes: Sequence[str], concrete: Sequence[Any]) -> OpKernel:
     n = max(0, math.ceil((end - start) / step))
     if n == 0:
         return NOTHING
+    if n > MAX_DIM:
+        return OpKernel(None, f"arange of {n:.3g} elements (more than 2^40: not a recorded range)")
     return OpKernel(Elementwise(dtype=dtype, n=n, op="arange", inputs=0, outputs=1))
 
 
@@ -753,7 +755,7 @@ def kernel_for(
     if composite or any(_delegates(op, kind, child) for child in child_names):
         return NOTHING
     if op == "arange":  # its output is recorded empty ([0], resized by a child): the range gives its length
-        return _arange(dtypes, concrete)
+        return _understood(_arange, dtypes, concrete)
     bad = _bad_shape(shapes)
     if bad is not None:
         return OpKernel(None, f"invalid input shape {bad} (dimensions and element counts must be integers "
@@ -774,9 +776,14 @@ def kernel_for(
     if kind in ("gemm", "conv") and tensors[0][1] in INTEGER_TYPES:
         return OpKernel(None, f"{tensors[0][1]} {kind}: torch runs integer products without a BLAS "
                               "(not calibrated)")
+    return _understood(_own_work, op, kind, shapes, dtypes, concrete, strides, child_names, tensors)
+
+
+def _understood(describe: Any, *arguments: Any) -> OpKernel:
+    """``describe(*arguments)``, or the reason it could not read arguments of an unexpected form."""
     try:
-        return _own_work(op, kind, shapes, dtypes, concrete, strides, child_names, tensors)
-    except (ValueError, IndexError, ZeroDivisionError, TypeError) as error:  # arguments of an unexpected form
+        return describe(*arguments)
+    except (ValueError, IndexError, ZeroDivisionError, TypeError, OverflowError) as error:
         return OpKernel(None, f"arguments not understood ({type(error).__name__}: {error})")
 
 
