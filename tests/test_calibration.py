@@ -1533,3 +1533,20 @@ def test_microbench_recurrent_layer_times_are_milliseconds() -> None:
     assert [row["backward"] for row in rows] == [False, True] and rows[0]["length"] == shape[0]
     assert all(1e-5 < row["time_s"] < 1.0 for row in rows)
     assert rows[1]["time_s"] > rows[0]["time_s"]
+
+
+def test_convolution_heads_to_few_channels_use_their_own_points() -> None:
+    """A 1x1 convolution to one channel (a U-Net's mask head) is far from the 16-256-channel 1x1
+    points: oneDNN took 3x what those gave at 2 threads; suite 29 measures such heads."""
+    cal = load_calibration(COMMITTED)
+    forward = kernel_for("aten::mkldnn_convolution", "conv", [[8, 32, 64, 64], [1, 32, 1, 1], [1], [], [], [], []],
+                         ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+                         ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"], False).kernel
+    row = next(r for r in cal.rows("conv") if r.get("image") == [8, 32, 64, 64] and r["n"] == 1
+               and r["threads"] == 2 and r["direction"] == "forward")
+    predicted = CalibratedEfficiency(cal, blas="torch").host_time(forward, 2)
+    assert predicted == pytest.approx(row["time_s"], rel=0.15)
+    data = json.loads(json.dumps(cal.data))
+    data["kernels"]["conv"] = [r for r in data["kernels"]["conv"] if r["n"] > 3 or r.get("groups", 1) > 1]
+    without = CalibratedEfficiency(validate(data, "no heads"), blas="torch").host_time(forward, 2)
+    assert without < predicted / 2

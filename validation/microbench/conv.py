@@ -48,14 +48,18 @@ DEPTHWISE_7X7 = ((16, 64, 32), (32, 96, 16), (64, 32, 8))
 """Depthwise 7x7 convolutions (ConvNeXt blocks): (batch, channels, image side). oneDNN's backward of
 one ran 3-4x slower than the 3x3 points extrapolated to 49 taps say here, its forward 2x faster."""
 POINTWISE = ((32, 64, 128, 16), (32, 128, 64, 16), (32, 64, 256, 8), (32, 256, 64, 8), (32, 256, 256, 8),
-             (32, 32, 64, 32), (32, 128, 128, 16), (32, 128, 32, 32), (32, 32, 128, 32))
+             (32, 32, 64, 32), (32, 128, 128, 16), (32, 128, 32, 32), (32, 32, 128, 32), (8, 32, 1, 64),
+             (8, 64, 3, 64))
 """1x1 convolutions (bottleneck blocks, a depthwise block's pointwise layers): (batch, in channels,
 out channels, image side), stride 1. oneDNN runs them as other kernels than the 3x3 ones of the
 same implicit-GEMM dimensions (here, 1 thread, 128 -> 64 channels on 32 x 16 x 16: forward 1.4 ms
 and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2). The last two have 16 MiB images at
 their 128-channel side, past the effective cache: few channels make little arithmetic per byte,
 and 128 -> 32 channels on 32 x 32 x 32 took 4.9 ms forward and 12 ms backward here where the
-smaller images' points gave 3.1 and 6.1."""
+smaller images' points gave 3.1 and 6.1. The last two are heads to one and three channels (a
+U-Net's mask, an image-to-image net's RGB), far below the others' 16 output channels: a tiny U-Net's
+32 -> 1 head on 8 x 64 x 64 took 0.58 ms forward and 1.35 ms backward at 2 threads where those
+points gave 0.19 and 0.37."""
 HALF_SHAPES = ((32, 3, 32, 32, 1), (32, 32, 32, 32, 1), (32, 32, 128, 16, 1), (32, 128, 32, 16, 1),
                (32, 128, 128, 16, 1), (32, 128, 128, 8, 1), (32, 64, 128, 32, 2))
 """bf16 3x3 convolutions, measured where the CPU has native bf16 (``torch.autocast`` runs a CNN's
