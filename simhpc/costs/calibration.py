@@ -603,15 +603,16 @@ class CalibratedEfficiency:
             warm = self._transpose_time(kernel, threads) if isinstance(kernel, Copy) else None
             if warm is None:
                 warm = self._permute_time(int(op), dtype, working, threads)
-        elif isinstance(kernel, FrameworkOp) and kernel.rows > 1:
-            # the calibration timed one row (on one thread: a row's sort is serial); threads split the rows
+        elif isinstance(kernel, FrameworkOp) and (kernel.rows > 1 or kernel.serial):
+            # one row on one thread (a row's sort is serial), the threads splitting the rows
             one = self._curve_time(section, op, dtype, working, amount, 1)
             warm = None if one is None else one / min(threads, kernel.rows)
         else:
             warm = self._curve_time(section, op, dtype, working, amount, threads)
         base = COLD_BASE.get(section)
         if framework and self.cache == "cold" and base is not None and base[0] in self._cold:
-            cold = self._curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), threads)
+            streams = 1 if isinstance(kernel, FrameworkOp) and kernel.serial else threads  # the cores fetching
+            cold = self._curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), streams)
             if warm is not None and cold is not None:
                 return max(warm, cold)
         return warm

@@ -461,8 +461,8 @@ def _embedding_bag(op: str, tensors: list[tuple[list[int], str]], concrete: Sequ
     (the calibration's ``index_select`` and ``index_add`` points, by bytes): its forward
     ``(weight, indices, offsets, ...)`` gathers one row per index and writes one per bag; its dense
     backward ``(grad, indices, offset2bag, bag_size, ...)`` adds each index's bag gradient into its
-    row of the weight's gradient (a read, a read and a write per element, as ``index_add``). The
-    sort of its indices, the zeroing of the gradient and the offsets are its child ops."""
+    row of the weight's gradient (a read, a read and a write per element, as ``index_add``), on one
+    thread. The sort of its indices, the zeroing of the gradient and the offsets are its child ops."""
     shapes = [shape for shape, _ in tensors]
     backward = op.endswith("_dense_backward")
     mode = str(concrete[7 if backward else 4]) if len(concrete) > (7 if backward else 4) else ""
@@ -473,8 +473,8 @@ def _embedding_bag(op: str, tensors: list[tuple[list[int], str]], concrete: Sequ
     dtype = _dtype(tensors[0][1])
     size = dtype_bytes(dtype)
     width, indices = shapes[0][1], _numel(shapes[1])
-    if backward:
-        return OpKernel(FrameworkOp(dtype=dtype, op="index_add", nbytes=3 * indices * width * size))
+    if backward:  # one thread at any thread count (779 us at 2 threads, 616 at 1, in a step here)
+        return OpKernel(FrameworkOp(dtype=dtype, op="index_add", nbytes=3 * indices * width * size, serial=True))
     bags = _numel(shapes[2]) - (1 if len(concrete) > 7 and str(concrete[7]) == "True" else 0)  # include_last_offset
     nbytes = (indices + bags) * width * size + 8 * (indices + bags)  # rows gathered, bags written, int64 indices
     return OpKernel(FrameworkOp(dtype=dtype, op="index_select", nbytes=nbytes))
