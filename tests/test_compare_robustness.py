@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from simhpc.cli.main import main
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import CalibrationError, host_specs, load_calibration
-from simhpc.costs.kernels import Recurrent
+from simhpc.costs.kernels import Gemm, Recurrent
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import kernel_for
+from simhpc.hardware.host import COMMITTED_CALIBRATION
 from simhpc.trace.compare import (
     CONCURRENT_OPS,
     OTHER_DTYPE,
@@ -26,7 +27,7 @@ from simhpc.trace.compare import (
     traced_kernel,
 )
 from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
-from simhpc.trace.thread_count import infer_threads
+from simhpc.trace.thread_count import MIN_PRODUCT_S, infer_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "validation" / "traces" / "captures" / "mlp_t1.json.gz"
@@ -254,3 +255,27 @@ def test_ops_timed_from_another_dtypes_points_are_counted_in_a_note() -> None:
     bf16_capture = read_trace(ROOT / "validation" / "traces" / "captures" / "epyc-zen2" / "mlp_bf16_t1.json.gz")
     assert compare_trace(bf16_capture, model, cpu, 1).notes.get(OTHER_DTYPE, 0) > 0
     assert OTHER_DTYPE not in compare_trace(read_trace(CAPTURE), model, cpu, 1).notes
+
+
+def test_thread_count_is_inferred_from_the_products_loop_times() -> None:
+    """Many 100-200 us products of a 1-thread trace: priced with the cold call's constant they
+    passed the vote's threshold at twice their times on one thread, and the trace was taken for a
+    2-thread one; their loop times leave them out and the large ones vote for one thread."""
+    cal = load_calibration(COMMITTED_CALIBRATION)
+    cpu, _ = host_specs(cal)
+    cold = CostModel(CalibratedEfficiency(cal, blas="torch", cache="cold"))
+    loops = CostModel(CalibratedEfficiency(cal, blas="torch"))
+    small, large, types = [[512, 128], [128, 128]], [[1024, 1024], [1024, 1024]], ["float", "float"]
+
+    def product(shapes: list) -> Gemm:
+        return traced_kernel(probe := parse_trace([_op("aten::mm", 0, 1, shapes=shapes, types=types)], "probe"),
+                             probe.ops[0]).kernel
+
+    assert cold.duration(product(small), cpu, 1) >= MIN_PRODUCT_S > loops.duration(product(small), cpu, 1)
+    events, ts = [], 0.0
+    for shapes, count in ((small, 12), (large, 3)):  # each measured at its 1-thread loop time
+        seconds = loops.duration(product(shapes), cpu, 1)
+        for _ in range(count):
+            events.append(_op("aten::mm", ts, seconds * 1e6, shapes=shapes, types=types))
+            ts += seconds * 1e6 + 10
+    assert infer_threads(parse_trace(events, "one thread"), cold, cpu, [1, 2]) == 1

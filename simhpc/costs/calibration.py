@@ -814,6 +814,12 @@ class CalibratedEfficiency:
         passes = 2 if kernel.backward else 1  # the backward applies each gate's derivative too
         return sum(products) + kernel.steps * (step + passes * per_step)  # type: ignore[arg-type]
 
+    def warm(self) -> CalibratedEfficiency:
+        """This calibration read as its loops measured it (``cache="warm"``): no cold call's charge."""
+        if self.cache == "warm":
+            return self
+        return CalibratedEfficiency(self.calibration, self.fallback, self.gemm_method, self.smoothing, self.blas)
+
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not
         covered). With ``blas="torch"`` (a traced ATen op) no less than the cheapest measured

@@ -8,8 +8,12 @@ the one whose predictions of the trace's large products (the ops the model price
 from the calibration's thread-dependent points: GEMMs, convolutions, fused attention and recurrent
 layers such as oneDNN's LSTM, that it puts at ``MIN_PRODUCT_S`` or more on one thread, where the
 parallel speed-up is large and dispatch costs negligible) have a median log error nearest zero;
-each such op votes alike, whatever its kind. This is the one place where ``simhpc compare`` reads
-measured durations, to choose a setting, never an op's prediction; the report says so.
+each such op votes alike, whatever its kind. The predictions are the calibration's loop times
+(``cache="warm"``): the cold call's constant (100-140 us a product on one thread here, less on two)
+put a 1-thread trace's many products of 100-150 us over the threshold, predicted at twice their
+times on one thread, and a 1-thread ViT block, attention block and mixture of experts were taken
+for 2-thread ones. This is the one place where ``simhpc compare`` reads measured durations, to
+choose a setting, never an op's prediction; the report says so.
 """
 
 from __future__ import annotations
@@ -36,18 +40,20 @@ PRODUCT_KERNELS = (Gemm, Attention, Recurrent)
 def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Sequence[int]) -> int | None:
     """The count in ``candidates`` whose predictions fit the trace's large products best, or None
     when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
+    warm = getattr(model.efficiency, "warm", None)
+    loops = CostModel(warm()) if warm is not None else model
     products = []
     for op in trace.ops:
         if op.kind not in PRODUCT_KINDS or op.self_time <= 0 or (trace.steps and op.step is None):
             continue
         kernel = traced_kernel(trace, op).kernel
-        if isinstance(kernel, PRODUCT_KERNELS) and model.duration(kernel, device, 1) >= MIN_PRODUCT_S:
+        if isinstance(kernel, PRODUCT_KERNELS) and loops.duration(kernel, device, 1) >= MIN_PRODUCT_S:
             products.append((op.self_time, kernel))
     if len(products) < MIN_PRODUCTS or not candidates:
         return None
 
     def misfit(threads: int) -> float:
-        return abs(statistics.median(math.log(measured / model.duration(kernel, device, threads))
+        return abs(statistics.median(math.log(measured / loops.duration(kernel, device, threads))
                                      for measured, kernel in products))
 
     return min(sorted(candidates), key=misfit)
