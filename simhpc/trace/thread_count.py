@@ -11,8 +11,8 @@ parallel speed-up is large and dispatch costs negligible) have a median log erro
 each such op votes alike, whatever its kind. The predictions are the calibration's loop times
 (``cache="warm"``): the cold call's constant (100-140 us a product on one thread here, less on two)
 put a 1-thread trace's many products of 100-150 us over the threshold, predicted at twice their
-times on one thread, and a 1-thread ViT block, attention block and mixture of experts were taken
-for 2-thread ones. This is the one place where ``simhpc compare`` reads measured durations, to
+times on one thread, and a 1-thread ViT block, rotary attention block and decoder layer were
+taken for 2-thread ones. This is the one place where ``simhpc compare`` reads measured durations, to
 choose a setting, never an op's prediction; the report says so.
 """
 
