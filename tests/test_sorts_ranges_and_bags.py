@@ -62,7 +62,7 @@ def test_triangles_copy_their_input(op: str) -> None:
 def test_a_sort_reads_its_values_and_writes_them_with_their_indices_row_by_row() -> None:
     stable = _kernel("aten::sort", [[4, 100], [], [], []], ["float", "Scalar", "Scalar", "Scalar"],
                      ["", "False", "0", "False"], ("aten::copy_", "aten::arange", "aten::copy_")).kernel
-    assert stable == FrameworkOp(dtype="fp32", op="sort", nbytes=400 * (2 * 4 + 8), rows=100)  # along dim 0
+    assert stable == FrameworkOp(dtype="fp32", op="sort@rows", nbytes=400 * (2 * 4 + 8), rows=100)  # along dim 0
     last = _kernel("aten::sort", [[12800], [], []], ["long int", "Scalar", "Scalar"], ["", "-1", "False"]).kernel
     assert last == FrameworkOp(dtype="fp64", op="sort", nbytes=12800 * 24, rows=1)  # int64 in fp64's width
     rows = _kernel("aten::sort", [[64, 1024], [], []], ["float", "Scalar", "Scalar"], ["", "-1", "True"]).kernel
@@ -96,6 +96,25 @@ def test_a_sort_is_timed_from_one_rows_points_its_rows_split_among_the_threads()
     assert points[length] < efficiency.host_time(between, 1) < points[longer]
 
 
+def test_a_sort_of_several_rows_is_timed_from_the_per_row_points_else_the_one_row_ones() -> None:
+    """A row of 1024 values in a 16-row sort took twice a 1-D sort of 1024 here: multi-row sorts
+    have points of their own (``sort@rows``, recorded per row)."""
+    cal = load_calibration(COMMITTED_CALIBRATION)
+    efficiency = CalibratedEfficiency(cal, blas="torch")
+    row = next(r for r in cal.rows("framework") if r["op"] == "sort@rows" and r["dtype"] == "fp32"
+               and r["threads"] == 1 and r["input"] == [16, 1024])
+    assert row["bytes"] == 1024 * 16  # one row's values read and written with their indices
+    kernel = _kernel("aten::sort", [[64, 1024], [], []], ["float", "Scalar", "Scalar"], ["", "-1", "False"]).kernel
+    assert (kernel.op, kernel.rows) == ("sort@rows", 64)
+    assert efficiency.host_time(kernel, 1) == pytest.approx(64 * row["time_s"], rel=1e-6)
+    one_row = _sort_points(cal, "fp32", 1)[1024]
+    assert row["time_s"] > 1.5 * one_row
+    data = copy.deepcopy(cal.data)
+    data["kernels"]["framework"] = [r for r in data["kernels"]["framework"] if r["op"] != "sort@rows"]
+    older = CalibratedEfficiency(validate(data, "1-D sorts only"), blas="torch")
+    assert older.host_time(kernel, 1) == pytest.approx(64 * one_row, rel=1e-6)
+
+
 def _sort_trace(length: int) -> dict:
     args = {"Input Dims": [[length], [], []], "Input type": ["long int", "Scalar", "Scalar"],
             "Concrete Inputs": ["", "-1", "False"]}
@@ -125,6 +144,8 @@ def test_microbench_sort_records_the_traced_ops_bytes_and_dtype() -> None:
     row = framework.measure_sort("int64", 1024, 1, QUICK)
     assert (row["op"], row["dtype"], row["input"], row["bytes"]) == ("sort", "fp64", [1024], 1024 * 24)
     assert 0 < row["time_s"] < 0.01
+    rows = framework.measure_sort("fp32", 256, 1, QUICK, rows=16)  # recorded per row
+    assert (rows["op"], rows["input"], rows["rows"], rows["bytes"]) == ("sort@rows", [16, 256], 16, 256 * 16)
 
 
 BAG_TYPES = ["float", "long int", "long int", "Scalar", "Scalar", "Scalar", "", "Scalar", "Scalar"]

@@ -567,8 +567,8 @@ class CalibratedEfficiency:
             return "bandwidth", "copy", "fp64", kernel.bytes(), kernel.bytes()
         if isinstance(kernel, FrameworkOp):
             op = kernel.op
-            if op not in self._framework_ops:  # a calibration without channels-last points: the NCHW op's
-                op = op.removesuffix(CHANNELS_LAST)
+            if op not in self._framework_ops:  # a variant without points (channels-last, rows): the plain op's
+                op = op.split("@")[0]
             return ("framework", op, kernel.dtype, kernel.bytes() / kernel.rows,
                     kernel.bytes() * self._window_scale(op, kernel))
         if isinstance(kernel, Stencil):

@@ -46,9 +46,11 @@ reductions, batch norm, indexed ops, resampling and flips, sorts.
 - **Sorts**, ``sort`` of 1-D fp32 and int64 tensors of 256 to 131072 elements (what an
   embedding bag's backward sorts its indices with, and ``argsort`` and ``msort`` run): ATen's
   CPU sort is a serial merge sort whose cost per element grows with the length (6 us for 512
-  int64 values here, 311 us for 8192, 3.4 ms for 131072), far from any stream's rate. A traced
-  sort of several rows is timed from the points of one row's length, its rows split among the
-  threads (``[64, 1024]`` along its last dimension took 2.3 ms on 1 thread, 1.3 ms on 2).
+  int64 values here, 311 us for 8192, 3.4 ms for 131072), far from any stream's rate. Sorts of
+  16 rows of 256 to 16384 values (``sort@rows``, recorded per row): a row of 1024 fp32 values
+  took 37 us there, a 1-D sort of 1024 18 us. A traced sort of several rows is timed from those
+  points of its rows' length, its rows split among the threads (``[64, 1024]`` along its last
+  dimension took 2.3 ms on 1 thread, 1.3 ms on 2).
 
 - **Resampling, edge padding and flips**, ``upsample_nearest2d`` and ``upsample_bilinear2d`` (2x)
   and their backwards, ``reflection_pad2d`` and ``replication_pad2d`` (1 on each side) and their
@@ -112,6 +114,8 @@ RESAMPLE = ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilin
 """Resampling, edge-padding and flip ops measured."""
 SORT_LENGTHS = (1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 17)
 """Elements of the 1-D tensors sorted: the cost per element grows with the length, unevenly."""
+SORT_ROWS = 16
+"""Rows of the ``sort@rows`` points (sorted along the last dimension), recorded per row."""
 SORT_DTYPES = {"fp32": "float", "int64": "long int"}
 """The dtypes sorted (a name for the task's label -> the trace's ``Input type``)."""
 QUICK_POOL_SIDES = (16,)
@@ -352,26 +356,32 @@ def measure_indexed(op: str, count: int, threads: int, budget: Budget) -> dict:
     return _record(op, *_indexed_call(op, count), threads, budget, input=[INDEXED_ROWS, INDEXED_WIDTH, count])
 
 
-def _sort_call(dtype: str, length: int) -> tuple[Callable[[], object], int]:
-    """``sort`` of a 1-D tensor of ``length`` random values of ``dtype`` (a key of
-    ``SORT_DTYPES``), and the bytes ``kernel_for`` counts for the traced op."""
+def _sort_call(dtype: str, shape: list[int]) -> tuple[Callable[[], object], int]:
+    """``sort`` along the last dimension of a tensor of ``shape`` of random values of ``dtype`` (a
+    key of ``SORT_DTYPES``), and the bytes ``kernel_for`` counts for the traced op."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
-    values = torch.randint(0, 1 << 20, (length,), generator=generator)
+    values = torch.randint(0, 1 << 20, shape, generator=generator)
     values = values.float() if dtype == "fp32" else values
     type_name = SORT_DTYPES[dtype]
-    return partial(torch.sort, values), _traced_bytes("sort", [[length], [], []], [type_name, "Scalar", "Scalar"],
+    return partial(torch.sort, values), _traced_bytes("sort", [shape, [], []], [type_name, "Scalar", "Scalar"],
                                                       ["", "-1", "False"])
 
 
-def measure_sort(dtype: str, length: int, threads: int, budget: Budget) -> dict:
-    """Time ``sort`` of a 1-D tensor of ``length`` values of ``dtype`` (``fp32`` or ``int64``); a
-    record in the dtype the traced op is timed in (an int64 sort in ``fp64``'s, its width)."""
+def measure_sort(dtype: str, length: int, threads: int, budget: Budget, rows: int = 1) -> dict:
+    """Time ``sort`` of ``rows`` rows of ``length`` values of ``dtype`` (``fp32`` or ``int64``)
+    along the last dimension; a record in the dtype the traced op is timed in (an int64 sort in
+    ``fp64``'s, its width). Several rows give a ``sort@rows`` record of one row's bytes and time."""
     from simhpc.costs.opnames import DTYPES
 
-    call, moved = _sort_call(dtype, length)
-    return _record("sort", call, moved, threads, budget, dtype=DTYPES[SORT_DTYPES[dtype]], input=[length])
+    shape = [rows, length] if rows > 1 else [length]
+    call, moved = _sort_call(dtype, shape)
+    record = _record("sort", call, moved, threads, budget, dtype=DTYPES[SORT_DTYPES[dtype]], input=shape)
+    if rows == 1:
+        return record
+    per_row = {key: record[key] / rows for key in ("bytes", "time_s", "spread_s", "min_s")}
+    return {**record, **per_row, "op": "sort@rows", "rows": rows, "bytes": moved // rows}
 
 
 def _resample_call(op: str, side: int) -> tuple[Callable[[], object], int]:

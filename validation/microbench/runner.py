@@ -30,7 +30,7 @@ from . import (
 )
 from .timing import FULL, QUICK, Budget
 
-SUITE_VERSION = 29
+SUITE_VERSION = 30
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -162,6 +162,9 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for length in framework.SORT_LENGTHS[1:2] if quick else framework.SORT_LENGTHS:
                     call = partial(framework.measure_sort, dtype, length, t, budget)
                     tasks.append(Task("framework", f"sort {dtype} {t}t {length} elements", call))
+                for length in [] if quick else framework.SORT_LENGTHS[:-1]:
+                    call = partial(framework.measure_sort, dtype, length, t, budget, framework.SORT_ROWS)
+                    tasks.append(Task("framework", f"sort rows {dtype} {t}t {framework.SORT_ROWS}x{length}", call))
             norms = [(op, framework.NORM_SHAPES) for op in framework.NORMS]
             norms += [(op, framework.LAYER_NORM_SHAPES) for op in framework.LAYER_NORMS]
             for op, norm_shapes in norms:
