@@ -407,7 +407,7 @@ def _arange(dtypes: Sequence[str], concrete: Sequence[Any]) -> OpKernel:
     return OpKernel(Elementwise(dtype=dtype, n=n, op="arange", inputs=0, outputs=1))
 
 
-SORT_ROWS = "sort@rows"
+MULTI_ROW_SORT = "sort@rows"
 """A sort of several rows, timed per row from its own points where the calibration has them: a row
 of 1024 fp32 values in a ``[16, 1024]`` sort took 37 us here, a 1-D sort of 1024 values 18 us."""
 
@@ -423,7 +423,7 @@ def _sort(tensor: tuple[list[int], str], concrete: Sequence[Any]) -> OpKernel:
     length = shape[dim[0]] if shape and -len(shape) <= dim[0] < len(shape) else _numel(shape)
     n = _numel(shape)
     rows = max(1, n // max(1, length))
-    return OpKernel(FrameworkOp(dtype=dtype, op="sort" if rows == 1 else SORT_ROWS, rows=rows,
+    return OpKernel(FrameworkOp(dtype=dtype, op="sort" if rows == 1 else MULTI_ROW_SORT, rows=rows,
                                 nbytes=n * (2 * dtype_bytes(dtype) + 8)))
 
 

@@ -373,6 +373,7 @@ def measure_sort(dtype: str, length: int, threads: int, budget: Budget, rows: in
     """Time ``sort`` of ``rows`` rows of ``length`` values of ``dtype`` (``fp32`` or ``int64``)
     along the last dimension; a record in the dtype the traced op is timed in (an int64 sort in
     ``fp64``'s, its width). Several rows give a ``sort@rows`` record of one row's bytes and time."""
+    from simhpc.costs.opmap import MULTI_ROW_SORT
     from simhpc.costs.opnames import DTYPES
 
     shape = [rows, length] if rows > 1 else [length]
@@ -380,8 +381,8 @@ def measure_sort(dtype: str, length: int, threads: int, budget: Budget, rows: in
     record = _record("sort", call, moved, threads, budget, dtype=DTYPES[SORT_DTYPES[dtype]], input=shape)
     if rows == 1:
         return record
-    per_row = {key: record[key] / rows for key in ("bytes", "time_s", "spread_s", "min_s")}
-    return {**record, **per_row, "op": "sort@rows", "rows": rows, "bytes": moved // rows}
+    per_row = {key: record[key] / rows for key in ("time_s", "spread_s", "min_s")}
+    return {**record, **per_row, "op": MULTI_ROW_SORT, "rows": rows, "bytes": moved // rows}
 
 
 def _resample_call(op: str, side: int) -> tuple[Callable[[], object], int]:
