@@ -27,7 +27,7 @@ from simhpc.costs.calibration_file import (
     validate,
     write_calibration,
 )
-from simhpc.costs.calibration_merge import merge_calibrations
+from simhpc.costs.calibration_merge import merge_calibrations, repair_outliers
 from simhpc.costs.interpolation import GemmSurface, grid_2d
 from simhpc.costs.kernels import (
     Attention,
@@ -1134,6 +1134,47 @@ def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
     assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output
     both = CliRunner().invoke(main, ["calibrate", "--merge", str(cal_path), "--quick", "-o", str(out)])
     assert both.exit_code == 2 and "--merge measures nothing" in both.stderr
+
+
+def test_repair_replaces_only_the_points_far_from_their_median(tmp_path: Path) -> None:
+    """A point 1.6x its median over four runs takes the median run's row; one 1.2x off, or
+    measured by fewer than three runs, stays as the repaired run measured it."""
+    base, runs = synthetic(), [synthetic() for _ in range(3)]
+    gemm = base["kernels"]["gemm"]
+    gemm[0]["time_s"] *= 1.6  # an outlier: slowed by another tenant
+    gemm[1]["time_s"] *= 1.2  # within the ratio
+    gemm[2]["time_s"] /= 1.6  # a fast outlier
+    runs[0]["kernels"]["gemm"][0]["time_s"] *= 1.1  # the others disagree a little: the (lower) median is run 1's
+    runs[1]["kernels"]["gemm"][0]["time_s"] *= 1.05
+    gemm.append(dict(gemm[3], m=8, time_s=1.0))  # in the base and one other run only
+    runs[0]["kernels"]["gemm"].append(dict(gemm[-1], time_s=1e-6))
+    files = [tmp_calibration(tmp_path / f"run{i}.json", data) for i, data in enumerate([base, *runs])]
+    repaired, count = repair_outliers(files[0], files[1:])
+    reference = synthetic()["kernels"]["gemm"]
+    rows = repaired["kernels"]["gemm"]
+    assert count == 2
+    assert rows[0]["time_s"] == pytest.approx(reference[0]["time_s"] * 1.05)
+    assert rows[1]["time_s"] == pytest.approx(reference[1]["time_s"] * 1.2)
+    assert rows[2]["time_s"] == reference[2]["time_s"]
+    assert rows[-1]["time_s"] == 1.0
+    assert repaired["microbench"]["repaired"]["points"] == 2
+    assert repaired["created"] == base["created"]
+    validate(repaired, "repaired.json")
+    foreign = synthetic()
+    foreign["host"]["cores"] = 64
+    with pytest.raises(CalibrationError, match=r"foreign\.json: measured on another machine"):
+        repair_outliers(files[0], [files[1], tmp_calibration(tmp_path / "foreign.json", foreign)])
+
+
+def test_cli_repair(tmp_path: Path, cal_path: Path) -> None:
+    out = tmp_path / "repaired.json"
+    files = [arg for _ in range(3) for arg in ("--merge", str(cal_path))]
+    result = CliRunner().invoke(main, ["calibrate", "--repair", *files, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "repaired 0 points" in result.output
+    assert load_calibration(out).data["kernels"] == load_calibration(cal_path).data["kernels"]
+    few = CliRunner().invoke(main, ["calibrate", "--repair", *files[:4], "-o", str(out)])
+    assert few.exit_code == 2 and "at least two others" in few.stderr and "Traceback" not in few.output
 
 
 def test_16_bit_products_use_their_own_points_at_the_fp32_peak() -> None:

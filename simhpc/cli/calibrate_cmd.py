@@ -1,4 +1,5 @@
-"""``simhpc calibrate [-o FILE] [--quick]``: run the real-kernel microbenchmarks on this host."""
+"""``simhpc calibrate [-o FILE] [--quick]``: run the real-kernel microbenchmarks on this host
+(``--merge``, ``--repair``: combine calibrations already measured)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from simhpc.cli.main import PATH, user_errors, write_refusal
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
 from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
-from simhpc.costs.calibration_merge import merge_calibrations
+from simhpc.costs.calibration_merge import OUTLIER_RATIO, merge_calibrations, repair_outliers
 from simhpc.hardware.host import detect_host, native_half_types
 from simhpc.units import format_bandwidth, format_rate, format_time
 
@@ -75,8 +76,14 @@ def _write(data: dict[str, Any], output: Path) -> None:
     help="Measure nothing: combine these calibrations of one host (repeat the option), keeping each "
     "point's fastest measurement (on a machine whose speed drifts, the min-of-N estimate).",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help=f"With --merge: keep the first file and replace only its points more than {OUTLIER_RATIO}x "
+    "from their median over all the files (measured by at least three) with the median measurement.",
+)
 @user_errors
-def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
+def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) -> None:
     """Time real kernels on this machine and write a calibration file.
 
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
@@ -95,6 +102,15 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...]) -> None:
         raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
     if merge and quick:
         raise MicrobenchError("--quick sets what to measure and --merge measures nothing: give one of them")
+    if repair and len(merge) < 3:
+        raise MicrobenchError("--repair needs the file to repair and at least two others, each given with --merge")
+    if repair:
+        base, *others = (load_calibration(path) for path in merge)
+        repaired, count = repair_outliers(base, others)
+        _write(repaired, output)
+        click.echo(f"repaired {count} points of {merge[0]} (over {OUTLIER_RATIO}x from their median over "
+                   f"{len(merge)} calibrations) into {output}")
+        return
     if merge:
         _write(merge_calibrations([load_calibration(path) for path in merge]), output)
         click.echo(f"merged {len(merge)} calibrations (each point's fastest) into {output}")

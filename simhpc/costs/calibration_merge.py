@@ -1,16 +1,23 @@
-"""Combining calibrations of one host: each point's fastest measurement (``simhpc calibrate --merge``).
+"""Combining calibrations of one host (``simhpc calibrate --merge``, ``--repair``).
 
 A shared or virtualised machine runs slower for seconds to minutes at a time (here: 20-30 % on
 the same GEMM, minutes apart), so one ``simhpc calibrate`` samples each kernel in whatever state
 the machine was in. Merging several runs keeps, per point, the run that measured it fastest: the
 min-of-N estimate of the unperturbed machine that ``timeit`` and the trace captures use too.
-Derived figures (peak, bandwidth, latency) are recomputed from the merged points.
+
+Repairing keeps one run and replaces only its outliers: each point more than
+:data:`OUTLIER_RATIO` from the median of the same point over all the runs takes the median run's
+measurement. A run's other points keep the state of the machine its trace captures were taken
+in, where a min-of-N file moves every point (a full per-point median also moves the cold-call
+fit, whose constant and per-byte cost trade off between runs: ``validation/README.md``).
+Derived figures (peak, bandwidth, latency) are recomputed from the points.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -92,3 +99,53 @@ def merge_calibrations(calibrations: Sequence[Calibration], created: str | None 
     }
     when = created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return build_calibration(first.host, kernels, probes, microbench, when)
+
+
+OUTLIER_RATIO = 1.25
+"""A repaired point is one whose time is more than this factor from its median over the runs."""
+MIN_RUNS = 3
+"""Runs that must have measured a point before its median can repair it."""
+
+
+def repair_outliers(
+    base: Calibration, others: Sequence[Calibration], ratio: float = OUTLIER_RATIO
+) -> tuple[dict[str, Any], int]:
+    """``base`` with each point more than ``ratio`` slower or faster than the median of the same
+    point over ``base`` and ``others`` (measured by at least :data:`MIN_RUNS` of them) replaced by
+    the median run's row; and how many points were replaced.
+
+    The others may come from older microbenchmark suites (rows are matched by what they measured)
+    but must be of the same host. Probes and the creation date stay ``base``'s; the repair is
+    recorded under ``microbench.repaired``. Raises :class:`CalibrationError` naming a foreign file.
+    """
+    if ratio <= 1.0:
+        raise CalibrationError(f"an outlier ratio must be above 1, got {ratio}")
+    for other in others:
+        if other.host.fingerprint() != base.host.fingerprint():
+            raise CalibrationError(f"{other.source}: measured on another machine than {base.source}; not used")
+    measured: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for calibration in (base, *others):
+        for section, rows in calibration.data["kernels"].items():
+            for row in rows:
+                measured[(section, row_identity(row))].append(row)
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    replaced = 0
+    for section, rows in base.data["kernels"].items():
+        kept = kernels.setdefault(section, [])
+        for row in rows:
+            same = sorted(measured[(section, row_identity(row))], key=row_seconds)
+            median = same[(len(same) - 1) // 2]
+            off = row_seconds(row) / row_seconds(median) if row_seconds(median) > 0 else 1.0
+            if len(same) >= MIN_RUNS and not 1.0 / ratio <= off <= ratio:
+                kept.append(dict(median))
+                replaced += 1
+            else:
+                kept.append(dict(row))
+    microbench = dict(base.data.get("microbench") or {})
+    microbench["repaired"] = {
+        "ratio": ratio,
+        "points": replaced,
+        "from": [other.data.get("created", other.source) for other in others],
+    }
+    probes = dict(base.data.get("probes") or {})
+    return build_calibration(base.host, kernels, probes, microbench, base.data["created"]), replaced
