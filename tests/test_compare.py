@@ -1243,6 +1243,22 @@ def _without_thread_count(capture: Path, folder: Path) -> Path:
     return bare
 
 
+def test_the_validation_report_times_a_bare_capture_at_the_count_compare_infers(tmp_path: Path) -> None:
+    """``validation/traces/report.py`` (``make accuracy``) picks a capture's thread count as ``simhpc
+    compare`` does: a 1-thread capture without ``num_threads`` is not timed at the host's two cores
+    (which put a plain script's 1-thread steps 42-73 % under)."""
+    import importlib.util
+
+    from simhpc.costs.calibration_file import load_calibration
+
+    spec = importlib.util.spec_from_file_location("report", ROOT / "validation" / "traces" / "report.py")
+    report = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(report)  # type: ignore[union-attr]
+    captures = [_without_thread_count(_capture(name), tmp_path) for name in ("mlp_t1", "mlp_t2")]
+    counts = [threads for _, threads, _, _ in report.compare_captures(load_calibration(CALIBRATION), captures)]
+    assert counts == [1, 2]
+
+
 def test_the_report_says_where_the_thread_count_came_from(tmp_path: Path) -> None:
     capture = _capture("mlp_t1")
     bare = _without_thread_count(capture, tmp_path)

@@ -27,7 +27,7 @@ from simhpc.trace.compare import (
     write_ops_csv,
 )
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
-from simhpc.trace.thread_count import infer_threads
+from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 from simhpc.units import format_time
 
 
@@ -352,7 +352,7 @@ def command(
         )
     model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
     if threads_from == "host":
-        inferred = infer_threads(trace, model, cpu, sorted({*cal.thread_counts("gemm"), cal.host.cores}))
+        inferred = infer_threads(trace, model, cpu, calibrated_thread_counts(cal))
         if inferred is not None:
             used, threads_from = inferred, "inferred"
     beyond = thread_range_warning(cal, used, threads_from)

@@ -22,6 +22,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.kernels import Attention, Gemm, Recurrent
 from simhpc.costs.model import CostModel, Device
 from simhpc.trace.compare import traced_kernel
@@ -57,3 +58,9 @@ def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Se
                                      for measured, kernel in products))
 
     return min(sorted(candidates), key=misfit)
+
+
+def calibrated_thread_counts(cal: Calibration) -> list[int]:
+    """The counts a trace's thread count is chosen among: those the calibration measured products
+    at, and all its host's cores."""
+    return sorted({*cal.thread_counts("gemm"), cal.host.cores})

@@ -20,6 +20,7 @@ from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
 from simhpc.trace.compare import Comparison, compare_trace, default_blas
 from simhpc.trace.readers import read_trace
+from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,16 +28,17 @@ HERE = Path(__file__).resolve().parent
 def compare_captures(cal: Calibration, captures: Iterable[Path], blas: str | None = None,
                      cache: str = "cold") -> Iterator[tuple[Path, int, str, Comparison]]:
     """(capture, threads, BLAS, comparison) of every capture against ``cal``: at the capture's
-    recorded thread count (all calibrated cores without one), with ``simhpc compare``'s BLAS
-    unless ``blas`` is given."""
+    recorded thread count (without one, the count ``simhpc compare`` infers, else all the host's
+    cores), with ``simhpc compare``'s BLAS unless ``blas`` is given."""
     cpu, _ = host_specs(cal)
     models: dict[str, CostModel] = {}
     for path in captures:
         trace = read_trace(path)
-        threads = trace.metadata.get("num_threads") or cal.host.cores
         chosen = blas or default_blas(trace, cal.gemm_backends())
         if chosen not in models:
             models[chosen] = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
+        threads = trace.metadata.get("num_threads") or infer_threads(
+            trace, models[chosen], cpu, calibrated_thread_counts(cal)) or cal.host.cores
         yield path, threads, chosen, compare_trace(trace, models[chosen], cpu, threads)
 
 
