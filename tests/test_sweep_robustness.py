@@ -4,6 +4,8 @@ import csv
 import os
 import signal
 import sqlite3
+from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -166,6 +168,27 @@ def test_a_point_that_kills_its_worker_is_stored_as_an_error(tmp_path, monkeypat
 
     again = run_sweep(plan, out, ExecutorConfig(workers=workers, start_method="fork"), progress=False)
     assert (again.ran, again.skipped, len(again.failed)) == (0, 5, 1)  # stored: not run again
+
+
+class _StrandedPool:
+    """A pool that broke while a run was being submitted: the run stays pending and the pool's
+    manager thread is gone (CPython 3.11 marks a pool broken without the lock ``submit`` takes)."""
+
+    _executor_manager_thread = None
+
+    def submit(self, *args: object) -> Future:
+        return Future()  # never finishes
+
+
+def test_runs_a_broken_pool_left_pending_are_suspects_not_a_hang(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "POOL_POLL_S", 0.01)
+    points = load_plan(write(tmp_path, {"seeds": [0, 1, 2]})).points
+    local = executors.LocalExecutor(workers=1, start_method="fork")
+    local._pool = _StrandedPool()
+    pooled = local._run_pooled(deque(points), "s.yaml", None)
+    with pytest.raises(StopIteration) as stopped:
+        next(pooled)
+    assert [point.seed for point in stopped.value.value] == [0, 1]  # the two in flight; seed 2 waits
 
 
 def test_a_worker_that_dies_once_is_run_again(tmp_path, monkeypatch):

@@ -29,6 +29,8 @@ from simhpc.sweep.worker import RunOutcome, init_worker, run_point
 START_METHODS = ("forkserver", "spawn", "fork")
 MAX_WORKER_DEATHS = 2
 """A point whose worker process dies this many times is stored as an error."""
+POOL_POLL_S = 1.0
+"""How often a sweep waiting on its pool checks that the pool can still finish its runs."""
 DASK_MISSING = "the dask executor needs the 'dask' extra: pip install -e '.[dask]' in the simhpc checkout"
 
 
@@ -243,7 +245,10 @@ class LocalExecutor(SweepExecutor):
                     break
             if not in_flight:
                 break
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            done, _ = wait(in_flight, timeout=POOL_POLL_S, return_when=FIRST_COMPLETED)
+            if not done and _stranded(pool):
+                suspects.extend(in_flight.values())
+                in_flight.clear()
             for future in sorted(done, key=lambda future: in_flight[future].index):
                 point = in_flight.pop(future)
                 try:
@@ -308,6 +313,17 @@ def _run_in_process(writer: Any, sweep_pid: int, data: dict[str, Any], source: s
     _init_local_worker(sweep_pid)
     writer.send(run_point(data, source, outdir))
     writer.close()
+
+
+def _stranded(pool: ProcessPoolExecutor) -> bool:
+    """Whether the pool's manager thread is gone, so that the runs still pending never finish.
+
+    A sweep test of a clean clone hung in that state once: no worker, no manager thread, a run
+    pending after a worker's death. One way there: CPython 3.11 marks a pool broken without the
+    lock ``submit`` holds, so a run submitted while a death is being handled can land after the
+    pending runs were failed. Such a run's point is one of the suspects."""
+    manager = getattr(pool, "_executor_manager_thread", None)
+    return manager is None or not manager.is_alive()
 
 
 def _death_cause(exitcode: int | None) -> str:
