@@ -14,8 +14,8 @@ import signal
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter, deque
-from collections.abc import Generator, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Collection, Generator, Iterator, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -177,7 +177,7 @@ class LocalExecutor(SweepExecutor):
                                                  initializer=_init_local_worker, initargs=(os.getpid(),))
                 # Start every worker now (one no-op task each): submitting the runs then spawns
                 # nothing, so a Ctrl-C during the sweep never lands inside a process start.
-                wait([self._pool.submit(_started) for _ in range(self.workers)])
+                _wait(self._pool, [self._pool.submit(_started) for _ in range(self.workers)], ALL_COMPLETED)
         except KeyboardInterrupt:
             self.__exit__(KeyboardInterrupt)
             raise
@@ -245,8 +245,8 @@ class LocalExecutor(SweepExecutor):
                     break
             if not in_flight:
                 break
-            done, _ = wait(in_flight, timeout=POOL_POLL_S, return_when=FIRST_COMPLETED)
-            if not done and _stranded(pool):
+            done = _wait(pool, in_flight, FIRST_COMPLETED)
+            if not done:  # the pool can no longer finish them
                 suspects.extend(in_flight.values())
                 in_flight.clear()
             for future in sorted(done, key=lambda future: in_flight[future].index):
@@ -313,6 +313,15 @@ def _run_in_process(writer: Any, sweep_pid: int, data: dict[str, Any], source: s
     _init_local_worker(sweep_pid)
     writer.send(run_point(data, source, outdir))
     writer.close()
+
+
+def _wait(pool: ProcessPoolExecutor, futures: Collection[Future[Any]], return_when: str) -> set[Future[Any]]:
+    """``concurrent.futures.wait`` with no timeout, except that it gives up on a pool that can no
+    longer finish the futures (:func:`_stranded`); returns those done."""
+    while True:
+        done, pending = wait(futures, timeout=POOL_POLL_S, return_when=return_when)
+        if (done and return_when == FIRST_COMPLETED) or not pending or _stranded(pool):
+            return done
 
 
 def _stranded(pool: ProcessPoolExecutor) -> bool:
