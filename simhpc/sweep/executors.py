@@ -331,7 +331,9 @@ def _stranded(pool: ProcessPoolExecutor) -> bool:
     pending after a worker's death. One way there: CPython 3.11 marks a pool broken without the
     lock ``submit`` holds, so a run submitted while a death is being handled can land after the
     pending runs were failed. Such a run's point is one of the suspects."""
-    manager = getattr(pool, "_executor_manager_thread", None)
+    if not hasattr(pool, "_executor_manager_thread"):  # a private attribute: without it, nothing is known
+        return False
+    manager = pool._executor_manager_thread
     return manager is None or not manager.is_alive()
 
 
