@@ -102,9 +102,9 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
         raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
     if merge and quick:
         raise MicrobenchError("--quick sets what to measure and --merge measures nothing: give one of them")
-    if repair and len(merge) < 3:
-        raise MicrobenchError("--repair needs the file to repair and at least two others, each given with --merge")
     if repair:
+        if len(merge) < 3:
+            raise MicrobenchError("--repair needs the file to repair and at least two others, each given with --merge")
         base, *others = (load_calibration(path) for path in merge)
         repaired, count = repair_outliers(base, others)
         _write(repaired, output)
