@@ -18,8 +18,8 @@ from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import base_name, classify
 from simhpc.hardware import builtin_catalog
-from simhpc.trace.compare import StepWork, compare_trace, compare_traces
-from simhpc.trace.readers import parse_trace, read_trace
+from simhpc.trace.compare import StepWork, compare_trace, compare_traces, repeat_mape_pct
+from simhpc.trace.readers import OpRecord, parse_trace, read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "validation" / "traces" / "captures"
@@ -509,11 +509,32 @@ def test_prediction_counts_each_op_once() -> None:
         "total_error_pct",
         "step_error_pct",
         "gemm_mape_pct",
+        "gemm_repeat_mape_pct",
         "ops_total",
         "ops_modelled",
     ):
         assert key in summary
     assert summary["kinds"]["gemm"]["ops"] == 1
+
+
+def test_repeat_mape_holds_each_recurring_op_against_its_own_median() -> None:
+    """An op recurs as the n-th call of its name and shapes in each step: the first product of a
+    step against the other steps' first, the second against their second. Its median is what a
+    perfect prediction would say; an op seen once leaves no spread and is not counted."""
+    def op(index: int, step: int | None, shapes: list, name: str = "aten::mm") -> OpRecord:
+        return OpRecord(index, name, "gemm", float(index), 1.0, "t", shapes=shapes, step=step)
+
+    first, second = [[64, 10], [10, 64]], [[64, 64], [64, 64]]
+    ops = [op(0, 1, first), op(1, 1, first), op(2, 2, first), op(3, 2, first), op(4, 3, first), op(5, 3, first),
+           op(6, 1, second)]
+    measured = [10.0, 40.0, 20.0, 40.0, 30.0, 40.0, 99.0]
+    # first calls 10, 20, 30 (median 20): 1, 0, 1/3; second calls all 40: 0, 0, 0.
+    assert repeat_mape_pct(ops, measured) == pytest.approx(100 * (1 + 1 / 3) / 6)
+    # without steps, one group of name and shapes: median 35 of 10, 20, 30, 40 x 3
+    stepless = [replace(o, step=None) for o in ops]
+    expected = [abs(35 - m) / m for m in measured[:6]]
+    assert repeat_mape_pct(stepless, measured) == pytest.approx(100 * sum(expected) / 6)
+    assert repeat_mape_pct(ops[-1:], measured[-1:]) is None
 
 
 def test_total_and_step_errors_and_nothing_measured() -> None:

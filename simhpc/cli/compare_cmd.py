@@ -49,6 +49,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f} %"
 
 
+def _mape(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} %"
+
+
 def _threads(trace: Trace, option: int | None, default: int) -> tuple[int, str]:
     """Threads to predict with and where the count came from (``option``, ``trace`` or ``host``)."""
     if option is not None:
@@ -133,7 +137,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             "page faults if all were, not predicted (validation/traces/capture.py keeps freed memory)"
         )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
-    for column in ("kind", "ops", "measured", "predicted", "error", "MAPE"):
+    for column in ("kind", "ops", "measured", "predicted", "error", "MAPE", "repeats"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")
     for kind, row in comparison.kinds.items():
         kinds.add_row(
@@ -142,9 +146,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             _fmt(row["measured_s"]),
             _fmt(row["predicted_s"]),
             _pct(row.get("total_error_pct")),
-            "-" if row.get("mape_pct") is None else f"{row['mape_pct']:.1f} %",
+            _mape(row.get("mape_pct")),
+            _mape(row.get("repeat_mape_pct")),
         )
     console.print(kinds)
+    console.print("repeats: the MAPE of each recurring op against its own median over the steps, the floor of "
+                  "step-to-step variation under the kind's MAPE")
     bad = Table(title=f"worst {worst} ops (absolute error)", title_justify="left")
     for column in ("op", "shapes", "measured", "predicted", "error"):
         bad.add_column(column, justify="left" if column in ("op", "shapes") else "right")

@@ -174,6 +174,7 @@ class Comparison:
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
+            "gemm_repeat_mape_pct": gemm.get("repeat_mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
             "ops_unmodelled": self.ops_total - self.ops_modelled,
@@ -463,6 +464,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
             "measured_s": measured_s,
             "predicted_s": predicted_s,
             "mape_pct": statistics.fmean(errors) if errors else None,
+            "repeat_mape_pct": repeat_mape_pct([p.op for p in rows], [p.measured_s for p in rows]),
             "total_error_pct": percent_error(predicted_s, measured_s),
         }
     free = [p for p in predictions if p.modelled and p.kernel is None]
@@ -598,6 +600,30 @@ def write_ops_csv(comparison: Comparison, path: Path) -> None:
                     status,
                 ]
             )
+
+
+def repeat_mape_pct(ops: list[OpRecord], measured_s: list[float]) -> float | None:
+    """The MAPE the trace's own repeats leave: each op that recurs held against the median
+    measured time of its recurrences, the error of a prediction exact to that median.
+
+    An op recurs as the same name and shapes at the same place among those of its step (the n-th
+    such call of each profiled step), or, in a trace without steps, as the same name and shapes.
+    Ops that do not recur are left out; None when none does. Step-to-step variation (the state of
+    the caches and of the other tenants when the op ran) that no cost model of the op can follow:
+    the floor under a kind's MAPE (``simhpc compare``'s ``repeats`` column)."""
+    groups: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    seen: dict[tuple[Any, ...], int] = defaultdict(int)
+    for op, seconds in zip(ops, measured_s, strict=True):
+        key: tuple[Any, ...] = (op.name, _shape_text(op))
+        if op.step is not None:
+            seen[(op.step, *key)] += 1
+            key = (*key, seen[(op.step, *key)])
+        groups[key].append(seconds)
+    errors = []
+    for times in groups.values():
+        if len(times) > 1 and (middle := statistics.median(times)) > 0:
+            errors += [abs(middle - seconds) / seconds for seconds in times if seconds > 0]
+    return 100.0 * statistics.fmean(errors) if errors else None
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> None:

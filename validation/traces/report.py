@@ -63,9 +63,9 @@ def report() -> None:
     captures = args.captures or sorted((HERE / "captures").glob("*.json*"))
     print(
         "| capture | threads | BLAS | measured step | predicted step | step error | GEMM MAPE (ops) "
-        "| conv MAPE (ops) | ops modelled |"
+        "| GEMM repeats | conv MAPE (ops) | ops modelled |"
     )
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for path, threads, blas, result in compare_captures(cal, captures, args.blas, args.cache):
         name = path.name.split(".")[0]
         step = "-" if result.step_error_pct is None else f"{result.step_error_pct:+.1f} %"
@@ -73,10 +73,12 @@ def report() -> None:
         for kind in ("gemm", "conv"):
             row = result.kinds.get(kind)
             cells.append(f"{row['mape_pct']:.1f} % ({row['ops']})" if row and row.get("mape_pct") is not None else "-")
+        repeats = result.kinds.get("gemm", {}).get("repeat_mape_pct")
         print(
             f"| {name} | {threads} | {blas} | {result.measured_step_s * 1e3:.1f} ms "
             f"| {result.predicted_step_s * 1e3:.1f} ms "
-            f"| {step} | {cells[0]} | {cells[1]} | {result.ops_modelled}/{result.ops_total} |"
+            f"| {step} | {cells[0]} | {'-' if repeats is None else f'{repeats:.1f} %'} | {cells[1]} "
+            f"| {result.ops_modelled}/{result.ops_total} |"
         )
 
 
