@@ -29,7 +29,7 @@ from simhpc.policies.pipeline import (
     plan_timing,
 )
 from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
-from simhpc.policies.pipeline.partition import balanced_partition, even_partition
+from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op
 from simhpc.registry import lookup, names
 
@@ -247,3 +247,31 @@ def test_balanced_partition_is_optimal_and_even_partition_counts():
     assert even_partition(10, 4) == (0, 3, 6, 8, 10)
     with pytest.raises(ValueError, match="cannot cut"):
         balanced_partition([1.0, 2.0], 3)
+
+
+def _stage_sums(costs: list[float], bounds: tuple[int, ...], cuts: list[float] | None = None) -> list[float]:
+    return [sum(costs[a:b]) + (cuts[b - 1] if cuts and b < len(costs) else 0.0) for a, b in itertools.pairwise(bounds)]
+
+
+def test_smoothest_partition_keeps_the_slowest_stage_and_evens_the_rest():
+    """Exhaustively on small random cases (with and without cut costs): no stage above
+    balanced_partition's slowest, and the least sum of squares of all such cuts. The min-max cut
+    alone can leave a stage nearly empty."""
+    import random
+
+    generator = random.Random(7)
+    for _ in range(60):
+        n, stages = generator.randint(3, 9), generator.randint(2, 5)
+        if stages > n:
+            continue
+        costs = [generator.choice((0.5, 1.0, 1.5, 3.0)) * generator.random() for _ in range(n)]
+        cuts = [0.2 * generator.random() for _ in range(n)] if generator.random() < 0.5 else None
+        worst = max(_stage_sums(costs, balanced_partition(costs, stages, cuts), cuts))
+        ours = _stage_sums(costs, smoothest_partition(costs, stages, cuts), cuts)
+        assert len(ours) == stages and max(ours) <= worst * (1 + 1e-9)
+        feasible = [sum(x * x for x in sums) for cut in itertools.combinations(range(1, n), stages - 1)
+                    if max(sums := _stage_sums(costs, (0, *cut, n), cuts)) <= worst * (1 + 1e-9)]
+        assert sum(x * x for x in ours) == pytest.approx(min(feasible), rel=1e-9)
+    costs = [4.0] + [1.0] * 8  # the min-max cut is set by the first layer alone
+    assert min(_stage_sums(costs, balanced_partition(costs, 5))) == 1.0
+    assert _stage_sums(costs, smoothest_partition(costs, 5)) == [4.0, 2.0, 2.0, 2.0, 2.0]

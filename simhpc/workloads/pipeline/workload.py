@@ -1,7 +1,9 @@
 """``kind: pipeline_training`` — a model trained pipeline-parallel on the GPUs of one node.
 
 The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced
-on forward + backward time), the schedule (registry family ``pipeline``) returns the per-device
+on forward + backward time: of the cuts with the smallest largest stage, the min-max search's own
+or the most even one, whichever the schedule's dry run with the profiled times finishes first),
+the schedule (registry family ``pipeline``) returns the per-device
 op lists, and :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with
 activation and gradient transfers over the node's links (``network``).
 
@@ -20,8 +22,9 @@ from simhpc.hardware.specs import GpuSpec
 from simhpc.models import ModelProfile, build_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
-from simhpc.policies.pipeline.partition import balanced_partition, even_partition
+from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
 from simhpc.policies.pipeline.profile import StageProfile
+from simhpc.policies.pipeline.timing import plan_timing
 from simhpc.registry import lookup, register
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
@@ -89,25 +92,30 @@ class PipelineTrainingWorkload(Workload):
         layer_costs = self.model.costs(context.cost_model, self.gpu)
         stages = self.schedule.stages(count)
         if config.partition == "even":
-            self.bounds = even_partition(len(layer_costs), stages)
+            cuts = [even_partition(len(layer_costs), stages)]
         elif config.partition == "parameters":
-            self.bounds = balanced_partition(layer_costs.params.astype(float), stages)
+            cuts = [balanced_partition(layer_costs.params.astype(float), stages)]
         else:
-            cuts = None
+            cut_costs = None
             if config.partition == "time_and_transfer":  # activation out, gradient back, GPU to GPU
                 path = network.topology.path(names[0], names[1])
                 latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
-                cuts = 2 * (latency + layer_costs.boundary_bytes / bandwidth)
-            self.bounds = balanced_partition(layer_costs.step_s, stages, cuts)
+                cut_costs = 2 * (latency + layer_costs.boundary_bytes / bandwidth)
+            cuts = list(dict.fromkeys(partition(layer_costs.step_s, stages, cut_costs)
+                                      for partition in (balanced_partition, smoothest_partition)))
         element = 4 if config.dtype == "fp32" else 2
-        self.costs: StageCosts = stage_costs(layer_costs, self.bounds,
-                                             bytes_per_param(config.dtype, config.optimizer), element)
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
-        try:
-            self.plan: PipelinePlan = self.schedule.plan_for(count, config.micro_batches, ratio,
-                                                             self._profile(network, names))
-        except ScheduleStall as error:
-            raise InvalidReference("schedule", str(error)) from None
+        planned: list[tuple[float, tuple[int, ...], StageCosts, PipelinePlan]] = []
+        for bounds in cuts:
+            costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element)
+            profile = self._profile(costs, network, names)
+            try:
+                plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
+            except ScheduleStall as error:
+                raise InvalidReference("schedule", str(error)) from None
+            planned.append((plan_timing(plan, profile.duration, profile.delay).makespan, bounds, costs, plan))
+        # the cut the schedule's own estimate runs fastest (the first on a tie)
+        _, self.bounds, self.costs, self.plan = min(planned, key=lambda entry: entry[0])
         capacity = config.memory_capacity or self.gpu.memory_capacity
         self.devices = [Device(self.sim, name, capacity) for name in names]
 
@@ -117,15 +125,15 @@ class PipelineTrainingWorkload(Workload):
         self.executor = PipelineExecutor(self.sim, self.plan, self.costs, self.devices, send,
                                          overhead=config.stage_overhead, sync_replicas=config.sync_replicas)
 
-    def _profile(self, network: Any, names: list[str]) -> StageProfile:
-        """The stage costs as a schedule may plan with them: op times with the per-op overhead,
-        and each boundary's transfer time over the path between the first two GPUs."""
+    def _profile(self, costs: StageCosts, network: Any, names: list[str]) -> StageProfile:
+        """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
+        boundary's transfer time over the path between the first two GPUs."""
         path = network.topology.path(names[0], names[1])
         latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
         overhead = self.config.stage_overhead
-        return StageProfile(forward=tuple(f + overhead for f in self.costs.forward_s),
-                            backward=tuple(b + overhead for b in self.costs.backward_s),
-                            transfer=tuple(latency + nbytes / bandwidth for nbytes in self.costs.boundary_bytes))
+        return StageProfile(forward=tuple(f + overhead for f in costs.forward_s),
+                            backward=tuple(b + overhead for b in costs.backward_s),
+                            transfer=tuple(latency + nbytes / bandwidth for nbytes in costs.boundary_bytes))
 
     def start(self) -> None:
         self.sim.process(self.executor.run(self.config.iterations))
