@@ -56,11 +56,20 @@ def test_deeper_bidirectional_bubble_no_larger_than_chimeras(p, k):
             assert ours == pytest.approx((p - 2) / (2 * k * m + p - 2), abs=1e-9), m
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: with a backward twice a forward the greedy order of "
-                   "the deeper bidirectional pipeline is sometimes a little worse than Chimera's (here "
-                   "0.063 against 0.059); no closed-form order is implemented")
+def test_backward_first_orders_are_candidates_of_the_bidirectional_planner():
+    """With a backward twice a forward, Chimera's rule (forwards first) left the deeper pipeline
+    0.063 at p = 4, k = 4, m = 16, more than Chimera's 0.059; the 1F1B rule (backwards first),
+    also tried since, leaves 0.035, and in the grid of ``test_..._with_slower_backward`` cuts the
+    cases worse than Chimera from 24 to 19."""
+    assert bubble(prt_bi(4).plan(4, 16, backward_cost=2.0), 4, 2.0) < 0.6 * chimera_bubble(4, 16, 2.0)
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: with a backward twice a forward the greedy orders of "
+                   "the deeper bidirectional pipeline are sometimes worse than Chimera's (here 0.068 against "
+                   "0.059; 19 of 252 cases of p in {4, 8}, k in {2, 3, 4}, even m from p to 32, backward "
+                   "1, 2 or 3 forwards); no closed-form order is implemented")
 def test_deeper_bidirectional_bubble_with_slower_backward():
-    assert bubble(prt_bi(4).plan(4, 16, backward_cost=2.0), 4, 2.0) <= chimera_bubble(4, 16, 2.0) + 1e-9
+    assert bubble(prt_bi(2).plan(4, 16, backward_cost=2.0), 2, 2.0) <= chimera_bubble(4, 16, 2.0) + 1e-9
 
 
 @pytest.mark.parametrize("k, inflight", [(2, 1), (2, 3), (3, 8), (4, 2)])
