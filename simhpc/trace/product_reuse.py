@@ -48,7 +48,16 @@ Inside a training step a product finds neither state: what ran since decides how
   CNN classifier's input gradient gets the one the last convolution's output was freed from,
   2.2 MiB of traffic before: at 1 thread it took 150-270 us in every capture of the Xeon
   reference against 38-43 us in a loop (a 1 MiB output written into a cold buffer costs 85-90 us
-  there). Without memory events an output is taken to be in cache.
+  there). Without memory events an output is taken to be in cache. In cache, on ``t`` threads
+  ``(t - 1) / t`` of its lines are in another core's (the ops that last touched them split them
+  otherwise, as for an operand), and writing one first takes it from there: that share pays
+  the memory bandwidth too (session 28). The Xeon reference's 2-thread CNN classifier's input
+  gradient writes 1 MiB and paid 38-64 us over its loop time in sixteen fresh checks, its weight
+  gradient (160 KiB out) 20-38 us, both charged alike before; its GEMM MAPE went 22.5 -> 20.4 %
+  (median of seventeen fresh checks, 3 of 17 within 15 % against none), the committed captures'
+  2-thread CNNs 20.9 -> 18.7 % (Xeon), 13.2 -> 10.5 % (Zen 4), 29.0 -> 21.2 % (Xeon SPR) but 7.3
+  -> 11.8 % (Zen 5), the 2-thread bf16 MLPs 8.3 -> 6.7 % (Zen 4) and 30.2 -> 33.0 % (Zen 5); no
+  1-thread product moved.
 
 On the committed captures this took the CNN's GEMM MAPE (its 64 x 4096 x 10 classifier) from
 28.2 / 19.1 % to 9.4 / 17.3 % on the Zen 2 guest and from 21.1 / 49.4 % to 27.5 / 22.4 % on the
@@ -107,7 +116,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
             share = min(1.0, (brought - last_brought) / private)
             layout = (kernel.layout, kernel.batch > 1)
             layout_share = min(1.0, (moved - last_of_layout.get(layout, -math.inf)) / private)
-            output = _cold_output_bytes(p.op, kernel, blocks, ends, moved, private)
+            output = _fetched_output_bytes(p.op, kernel, blocks, ends, moved, private, elsewhere)
             seconds = in_step(kernel, threads, share, cold_bytes, layout_share, output)
             if seconds is not None:
                 p.predicted_s = seconds
@@ -134,20 +143,23 @@ def _bytes_brought(op: Any, kernel: Kernel, read: list[tuple[float, set[int]]], 
     return new + (0.0 if op.name.endswith("_") else output)
 
 
-def _cold_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, ends: list[tuple[float, float]],
-                       moved: float, held: float) -> float:
-    """The bytes of a product's output when its block was freed more than ``held`` bytes before
-    (``ends``: the earlier ops' end times and the bytes moved by then) and its operands fit in
-    ``held`` (see the module docstring); 0 otherwise, or without memory events."""
-    if not blocks or kernel.bytes() > held:
+def _fetched_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, ends: list[tuple[float, float]],
+                          moved: float, held: float, elsewhere: float) -> float:
+    """The bytes of a product's output lines fetched before they are written, for a product whose
+    operands fit in ``held`` (a larger one streamed its output in the calibration's loop too: 0):
+    all of them when its block was freed more than ``held`` bytes before (``ends``: the earlier
+    ops' end times and the bytes moved by then; known only from memory events), else the
+    ``elsewhere`` share, the lines in another of its cores' caches (see the module docstring)."""
+    if kernel.bytes() > held:
         return 0.0
     size = kernel.outputs() * dtype_bytes(kernel.dtype)
-    freed = blocks.reused_since(op.start, op.end, size)
-    if freed is None:
-        return 0.0
-    before = bisect.bisect_right(ends, (freed, math.inf))
-    since = moved - (ends[before - 1][1] if before else 0.0)
-    return size if since + size > held else 0.0
+    freed = blocks.reused_since(op.start, op.end, size) if blocks else None
+    if freed is not None:
+        before = bisect.bisect_right(ends, (freed, math.inf))
+        since = moved - (ends[before - 1][1] if before else 0.0)
+        if since + size > held:
+            return size
+    return elsewhere * size
 
 
 def _read_within(read: list[tuple[float, set[int]]], elements: int, moved: float, window: float) -> bool:
