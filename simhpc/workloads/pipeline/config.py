@@ -40,9 +40,9 @@ class PipelineTrainingConfig(Strict):
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""
     partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
-    """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's
-    balance by time; of two such cuts, the min-max search's and the most even one, the one the
-    schedule's dry run finds faster), the same plus the transfers of the cut that ends it (PipeDream's
+    """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's balance by
+    time; of two such cuts, the min-max search's and the most even one, the one the schedule's
+    dry run finds faster), the same plus the transfers of the cut that ends it (PipeDream's
     objective; transfers overlap compute, so this over-weights them), equal layer counts, or
     minimise the largest stage's parameter count (DeepSpeed's default ``partition_method``)."""
     optimizer: Literal["adam", "sgd", "none"] = "adam"

@@ -1,11 +1,11 @@
 """``kind: pipeline_training`` — a model trained pipeline-parallel on the GPUs of one node.
 
-The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced
-on forward + backward time: of the cuts with the smallest largest stage, the min-max search's own
-or the most even one, whichever the schedule's dry run with the profiled times finishes first),
-the schedule (registry family ``pipeline``) returns the per-device
-op lists, and :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with
-activation and gradient transfers over the node's links (``network``).
+The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced on
+forward + backward time: of the cuts with the smallest largest stage, the min-max search's own or
+the most even one, whichever the schedule's dry run with the profiled times finishes first), the
+schedule (registry family ``pipeline``) returns the per-device op lists, and
+:class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with activation and gradient
+transfers over the node's links (``network``).
 
 Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
 iteration time)``: the devices' idle share of the iteration), per-device peak memory and its
