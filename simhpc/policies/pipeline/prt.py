@@ -43,8 +43,8 @@ device (``tests/test_prt_bidirectional.py``); other ``m`` leave more bubble (0.1
 can leave a little more than Chimera's (0.068 against 0.059 at ``p = 4, k = 2, m = 16``; 0.063 at
 ``k = 4`` before the backwards-first candidates, 0.035 with them). Greedy rule alone, the deeper
 pipeline lost to Chimera at some ``m`` it had beaten with fewer micro-batches
-(``p = 8, k = 3``: +30.6 % at ``m = 8``, -0.7 % at ``m = 12``); Megatron's order within each direction keeps the gain
-falling with ``m`` (+27.1, +18.3, +11.3 % at ``m`` = 8, 10, 12).
+(``p = 8, k = 3``: +30.6 % at ``m = 8``, -0.7 % at ``m = 12``); Megatron's order within each
+direction keeps the gain falling with ``m`` (+27.1, +18.3, +11.3 % at ``m`` = 8, 10, 12).
 
 The V-shaped map's greedy order is not a tuned schedule. With free communication, uniform stages
 and a backward twice a forward, it leaves a bubble of 0.368 at ``p = 8, k = 2, m = 8``
