@@ -14,6 +14,7 @@ micro-batches in total (``m/2`` per direction), ``m`` even and ``>= p``, backwar
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -257,8 +258,6 @@ def test_smoothest_partition_keeps_the_slowest_stage_and_evens_the_rest():
     """Exhaustively on small random cases (with and without cut costs): no stage above
     balanced_partition's slowest, and the least sum of squares of all such cuts. The min-max cut
     alone can leave a stage nearly empty."""
-    import random
-
     generator = random.Random(7)
     for _ in range(60):
         n, stages = generator.randint(3, 9), generator.randint(2, 5)
