@@ -1300,7 +1300,6 @@ def test_a_trace_without_its_thread_count_gets_the_one_its_products_fit(machine:
     be taken for one thread); a trace with too few large products keeps all host cores."""
     from simhpc.costs.calibration import CalibratedEfficiency
     from simhpc.costs.calibration_file import host_specs, load_calibration
-    from simhpc.trace.readers import read_trace
     from simhpc.trace.thread_count import infer_threads
 
     captures, calibration = MACHINES[machine]
@@ -1347,7 +1346,6 @@ def test_products_pay_for_what_ran_before_them() -> None:
     cached one too, and the share is of t cores' private caches."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
-    from simhpc.trace.readers import OpRecord
 
     def op(index: int, shapes: list) -> OpRecord:
         return OpRecord(index, "aten::op", "gemm", float(index), 0.5, "t", shapes=shapes)
@@ -1394,7 +1392,6 @@ def test_a_flattened_activation_is_the_tensor_the_op_before_read() -> None:
     operand right after an op that read ``[64, 64, 8, 8]`` is in cache, not charged its bytes."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
-    from simhpc.trace.readers import OpRecord
 
     relu = Elementwise(dtype="fp32", n=64 * 4096, op="relu", inputs=1, outputs=1)
     forward = Gemm(dtype="fp32", m=64, n=10, k=4096, layout="nt")
@@ -1415,7 +1412,7 @@ def test_an_output_block_freed_long_before_is_fetched_before_it_is_written() -> 
     from simhpc.trace.allocations import BlockHistory
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
-    from simhpc.trace.readers import MemoryEvent, OpRecord
+    from simhpc.trace.readers import MemoryEvent
 
     stream = Elementwise(dtype="fp32", n=(4 << 20) // 8, op="relu", inputs=1, outputs=1)  # 4 MiB moved
     small = Gemm(dtype="fp32", m=64, n=4096, k=10)  # a 1 MiB output
@@ -1449,7 +1446,6 @@ def test_a_product_of_the_layout_just_used_finds_its_kernels_warm() -> None:
     first's of the same layout within a few bytes, so they pay little of their layout's share."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
-    from simhpc.trace.readers import OpRecord
 
     grad_input = Gemm(dtype="fp32", m=64, n=256, k=10)
     grad_weight = Gemm(dtype="fp32", m=10, n=256, k=64, layout="tn")
@@ -1475,7 +1471,6 @@ def test_tensors_the_ops_before_touched_do_not_evict_the_blas_state(name: str, w
     accumulation's operands, and its output only when it is not written in place."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
-    from simhpc.trace.readers import OpRecord
 
     accumulate = Elementwise(dtype="fp32", n=512 * 512, op="add", inputs=2, outputs=1)
     product = Gemm(dtype="fp32", m=16, n=512, k=512)
