@@ -13,14 +13,10 @@ sessions, more than a training step's products did.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from validation.microbench.gemm import measure_gemm_cold  # noqa: E402
-from validation.microbench.timing import Budget  # noqa: E402
+from validation.microbench.gemm import measure_gemm_cold
+from validation.microbench.timing import Budget
 
 SHAPES = ((64, 16, 4096, "nt", 2), (64, 16, 4096, "nt", 1), (32, 32, 32, "nn", 1))
 """(m, n, k, layout, threads) of the products timed each round."""
