@@ -15,7 +15,8 @@ The op order comes from greedy list scheduling
 first, at most ``max_inflight`` micro-batches of each direction in flight (default ``p``; a device
 then holds at most ``2p`` activations). The planner (:func:`bidirectional_plan`) also tries one and
 two fewer in flight, 1F1B's backwards-first rule, a bound on each device's activations instead of
-on the micro-batches in flight, and Megatron's order within each direction, and
+on the micro-batches in flight (with the deepest backward first too), and Megatron's order within
+each direction, and
 keeps the fastest order that holds no more activations of a direction than ``max_inflight``
 micro-batches'. "Fastest" is a dry run with unit costs or, given the workload's
 :class:`~simhpc.policies.pipeline.profile.StageProfile` (``dry_run: profile``), the profile's
@@ -63,6 +64,14 @@ def forward_first(op: Op) -> tuple[int, int, int]:
     if op.kind == FORWARD:
         return (0, -op.stage, op.micro_batch)
     return (1, op.stage, op.micro_batch)
+
+
+def deeper_backward_first(op: Op) -> tuple[int, int, int]:
+    """Forwards first, deeper first; then the backward with the most backward stages still ahead
+    of it (the deepest) first."""
+    if op.kind == FORWARD:
+        return (0, -op.stage, op.micro_batch)
+    return (1, -op.stage, op.micro_batch)
 
 
 def backward_first(op: Op) -> tuple[int, int, int]:
@@ -124,11 +133,14 @@ def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batch
     * 1F1B's rule (:func:`backward_first`) with the same limits: with a backward twice a
       forward, the deeper pipeline of PRT at ``p = 4, k = 4, m = 16`` then leaves a bubble of 0.035
       where Chimera's rule left 0.063 (Chimera's own order 0.059);
-    * both rules with micro-batches entering freely but each device holding at most ``inflight``
-      micro-batches' activations of a direction per stage of it (:func:`list_schedule`'s
-      ``limits``): in flight, a micro-batch of a deep pipeline holds activations on some of its
-      stages only, so counting micro-batches leaves memory unused while forwards wait (PRT at
-      ``p = 4, k = 2, m = 16``, backward twice a forward: 0.068 -> 0.030);
+    * both rules, and forwards first with the deepest backward first
+      (:func:`deeper_backward_first`), with micro-batches entering freely but each device holding
+      at most ``inflight`` micro-batches' activations of a direction per stage of it
+      (:func:`list_schedule`'s ``limits``): in flight, a micro-batch of a deep pipeline holds
+      activations on some of its stages only, so counting micro-batches leaves memory unused while
+      forwards wait (PRT at ``p = 4, k = 2, m = 16``, backward twice a forward: 0.068 -> 0.030);
+      the deepest backward has the longest chain of backwards still ahead of it (PRT at
+      ``p = 4, k = 3, m = 18``, backward three times a forward: 0.057 -> 0.018, Chimera 0.053);
     * Megatron's interleaved order within each direction (groups of ``p/2`` and of ``p``
       micro-batches; :func:`direction_queues`), the two directions interleaved by the same rule,
       with Megatron's warm-up limits and without them.
@@ -155,7 +167,8 @@ def bidirectional_plan(name: str, down: Sequence[int], devices: int, micro_batch
     builders = [partial(schedule, priority=priority, pipeline_limits=(limit, limit))
                 for priority in (forward_first, backward_first) for limit in in_flight]
     held = [[inflight * mapping.count(device) for device in range(devices)] for mapping in maps]
-    builders += [partial(schedule, priority=priority, limits=held) for priority in (forward_first, backward_first)]
+    builders += [partial(schedule, priority=priority, limits=held)
+                 for priority in (forward_first, backward_first, deeper_backward_first)]
     for group in sorted({max(1, devices // 2), devices}):
         queues, warmup = direction_queues(maps, pipelines, devices, group)
         builders += [partial(schedule, priority=forward_first, queues=queues, limits=limits)
