@@ -50,25 +50,33 @@ alone, the deeper pipeline lost to Chimera at some ``m`` it had beaten with fewe
 (``p = 8, k = 3``: +30.6 % at ``m = 8``, -0.7 % at ``m = 12``); Megatron's order within each
 direction keeps the gain falling with ``m`` (+27.1, +18.3, +11.3 % at ``m`` = 8, 10, 12).
 
-The V-shaped map's greedy order is not a tuned schedule. With free communication, uniform stages
-and a backward twice a forward, it leaves a bubble of 0.368 at ``p = 8, k = 2, m = 8``
-(interleaved formula 0.304, 1F1B 0.467). Its per-stage activation limits throttle it as ``m``
-grows: at ``p = 4, k = 2, m = 64`` the bubble is 0.185, against 1F1B's 0.045. With
-``order: grouped`` it is about 0.4 at any ``m``. The round-robin map with Megatron's order is the
-schedule the reproduction uses.
+The V-shaped map's greedy order is not a tuned schedule: the fastest of the backwards-first,
+forwards-first and deepest-backward-first rules, each with at most ``D-s`` activations on stage
+``s``. With free communication, uniform stages and a backward twice a forward, it leaves a bubble
+of 0.368 at ``p = 8, k = 2, m = 8`` (interleaved formula 0.304, 1F1B 0.467). The backwards-first
+rule alone was throttled by the per-stage limits as ``m`` grew (0.185 at ``p = 4, k = 2, m = 64``,
+against 1F1B's 0.045; the forwards-first rules 0.030). With ``order: grouped`` it is about 0.4 at
+any ``m``. The round-robin map with Megatron's order is the schedule the reproduction uses.
 
 Greedy orders (bidirectional, V-shaped, custom) come from a unit-cost dry run; with
 ``dry_run: profile`` (default) dry runs with the workload's profiled op times, with and without its
 transfer times, are also made and the order the profile estimates fastest is kept
-(:func:`~simhpc.policies.pipeline.greedy.profiled_order`), the same planner as Chimera's.
+(:func:`~simhpc.policies.pipeline.greedy.fastest_order`), as for Chimera.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from functools import partial
+from typing import Literal
 
 from simhpc.policies.pipeline.base import PipelineSchedule
-from simhpc.policies.pipeline.chimera import DryRun, backward_first, bidirectional_plan
+from simhpc.policies.pipeline.chimera import (
+    DryRun,
+    backward_first,
+    bidirectional_plan,
+    deeper_backward_first,
+    forward_first,
+)
 from simhpc.policies.pipeline.classic import grouped_plan
 from simhpc.policies.pipeline.greedy import ScheduleStall, fastest_order, list_schedule
 from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
@@ -147,11 +155,11 @@ class Prt(PipelineSchedule):
                 raise ScheduleStall("order: grouped deadlocks on this stage map (Megatron's warm-up depths "
                                     "assume the round-robin map); use order: greedy") from None
 
-        def greedy(**costs: Any) -> PipelinePlan:
-            return list_schedule("prt-uni", devices, (mapping,), (0,) * micro_batches, backward_first,
-                                 stage_limits=lambda q, s: float(stages - s), backward_cost=backward_cost, **costs)
-
-        return fastest_order([greedy], profile, backward_cost)
+        greedy = partial(list_schedule, "prt-uni", devices, (mapping,), (0,) * micro_batches,
+                         stage_limits=lambda q, s: float(stages - s), backward_cost=backward_cost)
+        return fastest_order([partial(greedy, priority=priority)
+                              for priority in (backward_first, forward_first, deeper_backward_first)],
+                             profile, backward_cost)
 
     def plan_for(self, devices: int, micro_batches: int, backward_cost: float,
                  profile: StageProfile | None = None) -> PipelinePlan:
