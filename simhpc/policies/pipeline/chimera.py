@@ -16,9 +16,8 @@ first, at most ``max_inflight`` micro-batches of each direction in flight (defau
 then holds at most ``2p`` activations). The planner (:func:`bidirectional_plan`) also tries one and
 two fewer in flight, 1F1B's backwards-first rule, a bound on each device's activations instead of
 on the micro-batches in flight (with the deepest backward first too), and Megatron's order within
-each direction, and
-keeps the fastest order that holds no more activations of a direction than ``max_inflight``
-micro-batches'. "Fastest" is a dry run with unit costs or, given the workload's
+each direction, and keeps the fastest order that holds no more activations of a direction than
+``max_inflight`` micro-batches'. "Fastest" is a dry run with unit costs or, given the workload's
 :class:`~simhpc.policies.pipeline.profile.StageProfile` (``dry_run: profile``), the profile's
 estimate; the orders are then also dry-run with the profiled op and transfer times and with the op
 times alone (a dry run that knows the transfers leaves room for them, but a greedy order is not
