@@ -59,7 +59,7 @@ def test_deeper_bidirectional_bubble_no_larger_than_chimeras(p, k):
 def test_backward_first_orders_are_candidates_of_the_bidirectional_planner():
     """With a backward twice a forward, Chimera's rule (forwards first) left the deeper pipeline
     0.063 at p = 4, k = 4, m = 16, more than Chimera's 0.059; the 1F1B rule (backwards first),
-    also tried since, left 0.035 (0.015 with the device-bound candidates below), and in the grid of
+    also tried since, left 0.035 (0.015 with the deepest-backward-first candidate below), and in the grid of
     ``test_..._with_a_slower_backward`` cut the cases worse than Chimera from 24 to 19."""
     assert bubble(prt_bi(4).plan(4, 16, backward_cost=2.0), 4, 2.0) < 0.6 * chimera_bubble(4, 16, 2.0)
 
