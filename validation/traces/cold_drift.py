@@ -6,7 +6,7 @@
 Prints one line per round: the excess over the loop time, in us, of the CNN classifier's forward
 shape (64 x 16 x 4096, ``nt``) at 2 and 1 threads and of a 32 x 32 x 32 product at 1 thread (almost
 all code and BLAS state, hardly any operand bytes). ``validation/README.md`` (session 29) has what
-it showed: the excess holds within about 10 % over minutes but moved by a factor of two between
+it showed: the excess stays at one level over minutes but moved by a factor of two between
 sessions, more than a training step's products did.
 """
 
