@@ -7,7 +7,10 @@ weight-gradient part, no communication, uniform stages):
 * GPipe, 1F1B: makespan ``(m + p - 1)(F + B)``, bubble ``(p-1)/(m+p-1)``, any ``m``;
 * interleaved (``v`` chunks of ``F/v``, ``B/v``): ``(p-1)/(v*m+p-1)`` for ``m >= p``; with
   ``m < p`` no schedule reaches it (a device runs out of work before its first micro-batch comes
-  back round), so only ``>=`` holds there;
+  back round): the last micro-batch enters after ``m-1`` first chunks and then crosses the whole
+  model, makespan ``(p + (m-1)/v)(F + B)``. Over 1F1B's ``(m+p-1)(F+B)`` the gain is then
+  ``(m+p-1)/(p+(m-1)/v)``, which grows with ``m`` up to ``m = p`` and falls after it: PRT's
+  round-robin map gains most at ``m = p``;
 * ZB-H1: makespan ``m(F+B+W) + (p-1)(F+B-W)`` for ``m >= p`` and ``W <= min(F, B)``, so
   ``(p-1)/(3m+p-1)`` with ``F = B = W``;
 * Chimera (even ``p``; ``m`` even, ``>= p``; ``F = B``): ``(p-2)/(2m+p-2)``.
@@ -77,12 +80,18 @@ def test_interleaved_for_any_m_at_least_p(p: int, v: int, extra: int, forward: f
     assert_valid(plan, timing)
 
 
-@pytest.mark.parametrize(("p", "v", "m"), [(3, 2, 2), (5, 3, 4), (7, 4, 1), (12, 2, 11)])
-def test_interleaved_with_fewer_micro_batches_than_devices_runs_with_more_bubble(p, v, m) -> None:
-    plan = Interleaved(Interleaved.Params(kind="interleaved", v=v)).plan(p, m)
-    timing = plan_timing(plan, durations(1.0, 2.0, scale=1 / v))
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(2, 16), v=st.integers(1, 4), fewer=st.integers(1, 15), forward=TIME, backward=TIME)
+def test_interleaved_with_fewer_micro_batches_than_devices(p: int, v: int, fewer: int, forward: float,
+                                                           backward: float) -> None:
+    """m <= p: the last micro-batch's whole chain after the first chunks of the others."""
+    m = 1 + (fewer - 1) % p
+    plan = Interleaved(Interleaved.Params(kind="interleaved", v=v)).plan(p, m, backward_cost=backward / forward)
+    timing = plan_timing(plan, durations(forward, backward, scale=1 / v))
     assert_valid(plan, timing)
-    assert timing.bubble_fraction > (p - 1) / (v * m + p - 1)
+    assert timing.makespan == pytest.approx((p + (m - 1) / v) * (forward + backward), rel=1e-12), (p, v, m)
+    if m < p and v > 1:
+        assert timing.bubble_fraction > (p - 1) / (v * m + p - 1)
 
 
 @pytest.mark.parametrize("p", [3, 5, 6, 7, 12])

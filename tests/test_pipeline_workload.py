@@ -69,7 +69,7 @@ def test_prt_gains_on_resnet_are_positive_unidirectional_above_bidirectional():
 
 
 @pytest.mark.xfail(strict=True, reason="at m = p = 8 the bubbles alone allow (m+p-1)/(m+(p-1)/k): +76.6% "
-                   "needs k >= 14 with balanced stages, which ResNet-152's layers (the largest about 1 % of "
+                   "needs k >= 15 with balanced stages, which ResNet-152's layers (the largest about 1 % of "
                    "the model) cannot give; with free links the best is +58% (k = 8), and the k-fold p2p "
                    "transfers of its large activations take more (validation/reproduce/README.md)")
 def test_prt_unidirectional_gain_on_resnet_reaches_the_paper():
