@@ -18,8 +18,10 @@ from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import base_name, classify
 from simhpc.hardware import builtin_catalog
-from simhpc.trace.compare import StepWork, compare_trace, compare_traces, repeat_mape_pct
+from simhpc.trace.against import compare_traces
+from simhpc.trace.compare import compare_trace, repeat_mape_pct
 from simhpc.trace.readers import OpRecord, parse_trace, read_trace
+from simhpc.trace.step_ops import StepWork
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "validation" / "traces" / "captures"
@@ -754,8 +756,9 @@ def test_a_second_backward_in_a_step_pays_for_the_bytes_since_the_first() -> Non
 def test_every_profiled_training_step_has_one_of_each_transition() -> None:
     """In a captured training step: one start, one backward entry and one backward exit (the
     optimizer's first op), and the step's bytes are counted from its ops' shapes."""
-    from simhpc.trace.compare import step_footprints, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.compare import traced_kernel
     from simhpc.trace.framework_costs import subtree_footprint
+    from simhpc.trace.step_ops import step_footprints, top_level_ops, transition_before
 
     trace = read_trace(next(CAPTURES.glob("cnn_t1.json*")))
     top = top_level_ops(trace)

@@ -170,7 +170,7 @@ def test_committed_captures_read(path: Path) -> None:
 
 def test_time_outside_any_op_is_the_steps_uncovered_time() -> None:
     """Nested ops count once; an op on another thread covers its span too; the median over steps."""
-    from simhpc.trace.compare import outside_ops
+    from simhpc.trace.irregularities import outside_ops
 
     events = [
         _x("ProfilerStep#1", 0, 100, cat="user_annotation"),

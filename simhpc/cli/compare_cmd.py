@@ -17,16 +17,11 @@ from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
 from simhpc.hardware.host import detect_host
-from simhpc.trace.compare import (
-    FRAMEWORK_KINDS,
-    Comparison,
-    compare_trace,
-    compare_traces,
-    default_blas,
-    plot_comparison,
-    write_ops_csv,
-)
+from simhpc.report.comparison import plot_comparison, write_ops_csv
+from simhpc.trace.against import compare_traces
+from simhpc.trace.compare import Comparison, compare_trace, default_blas
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
+from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 from simhpc.units import format_time
 

@@ -847,8 +847,8 @@ class CalibratedEfficiency:
 
     def framework_transition_s(self, what: str, work: Any) -> float | None:
         """A training step's framework transition ``what`` (``step_start``, ``backward_entry``,
-        ``backward_exit``: :func:`~simhpc.trace.compare.transition_before`) after ``work`` (a
-        :class:`~simhpc.trace.compare.StepWork`: bytes touched, autograd nodes and parameter
+        ``backward_exit``: :func:`~simhpc.trace.step_ops.transition_before`) after ``work`` (a
+        :class:`~simhpc.trace.step_ops.StepWork`: bytes touched, autograd nodes and parameter
         tensors since it last ran): :class:`TransitionCurves`; None without such points."""
         curves = self._transitions.get(what)
         return None if curves is None else curves.seconds(work)

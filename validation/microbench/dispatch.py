@@ -28,7 +28,7 @@ optimizer's set-up) or per autograd node (the engine's set-up): at width 64, 128
 466 / 271 / 1162 us. ``measure_transition`` profiles such loops (``TRAINING_WIDTHS`` at
 ``TRAINING_LAYERS``, ``TRAINING_DEPTHS`` at the narrowest width) and keeps, per transition and
 loop, the median and a step's work as ``simhpc compare`` counts it (``step_bytes``,
-``graph_nodes``, ``parameters``: :class:`simhpc.trace.compare.StepWork`).
+``graph_nodes``, ``parameters``: :class:`simhpc.trace.step_ops.StepWork`).
 
 Skipped without torch.
 """
@@ -71,8 +71,8 @@ def _profiled_costs(cold: bool) -> dict[str, list[float]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from simhpc.trace.compare import FRAMEWORK_KINDS, engine_called, outermost
     from simhpc.trace.readers import read_trace
+    from simhpc.trace.step_ops import FRAMEWORK_KINDS, engine_called, outermost
 
     x = torch.randn(8, 8)
     w = torch.randn(8, 8, requires_grad=True)
@@ -159,9 +159,10 @@ def _profiled_transitions(width: int, layers: int) -> tuple[dict[str, float], di
     from torch import nn
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from simhpc.trace.compare import FRAMEWORK_KINDS, step_work, top_level_ops, traced_kernel, transition_before
+    from simhpc.trace.compare import traced_kernel
     from simhpc.trace.framework_costs import subtree_footprint
     from simhpc.trace.readers import read_trace
+    from simhpc.trace.step_ops import FRAMEWORK_KINDS, step_work, top_level_ops, transition_before
 
     torch.manual_seed(0)
     model = nn.Sequential(*[layer for _ in range(layers) for layer in (nn.Linear(width, width), nn.ReLU())])
