@@ -94,7 +94,8 @@ from simhpc.costs.kernels import (
     dtype_bytes,
 )
 from simhpc.costs.model import ConstantEfficiency, Device, EfficiencyModel
-from simhpc.costs.opmap import CHANNELS_LAST, is_line
+from simhpc.costs.op_arguments import CHANNELS_LAST
+from simhpc.costs.product_ops import is_line
 from simhpc.hardware.specs import CpuSpec
 
 SIXTEEN_BIT = ("bf16", "fp16")

@@ -21,7 +21,8 @@ from typing import Any
 
 from simhpc.costs.kernels import FrameworkOp, Kernel
 from simhpc.costs.model import CostModel, Device
-from simhpc.costs.opmap import OpKernel, kernel_for
+from simhpc.costs.op_arguments import OpKernel
+from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import COMPOSITE, UNCOVERED, base_name
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions

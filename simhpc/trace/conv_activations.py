@@ -38,8 +38,9 @@ from typing import Any
 
 from simhpc.costs.kernels import Gemm, dtype_bytes
 from simhpc.costs.model import CostModel
-from simhpc.costs.opmap import BACKWARD_CONV_ARGS, channels_last, is_shape
+from simhpc.costs.op_arguments import channels_last, is_shape
 from simhpc.costs.opnames import base_name
+from simhpc.costs.product_ops import BACKWARD_CONV_ARGS
 
 
 def activation_bytes(op: Any, kernel: Gemm) -> float:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from simhpc.costs.kernels import Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
-from simhpc.costs.opmap import is_shape
+from simhpc.costs.op_arguments import is_shape
 from simhpc.trace.readers import OpRecord, Trace
 
 

@@ -23,7 +23,7 @@ say how its malloc was set, :func:`heap_writes` lists what they may add.
 from __future__ import annotations
 
 from simhpc.costs import kernels as k
-from simhpc.costs.opmap import _int_list, _numel
+from simhpc.costs.op_arguments import int_list, numel
 from simhpc.costs.opnames import base_name, in_place, names
 from simhpc.trace.readers import OpRecord, Trace
 
@@ -55,9 +55,9 @@ def _sized(op: OpRecord, argument: int | None) -> int:
     """Elements of the size argument ``argument`` of ``op`` (None: of its first input)."""
     if argument is None:
         shape = _first_shape(op)
-        return _numel(shape) if shape is not None else 0
-    size = _int_list(op.concrete[argument] if len(op.concrete) > argument else "", [])
-    return _numel(size) if size else 0
+        return numel(shape) if shape is not None else 0
+    size = int_list(op.concrete[argument] if len(op.concrete) > argument else "", [])
+    return numel(size) if size else 0
 
 
 def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int:
@@ -71,7 +71,7 @@ def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int
         return _sized(op, (1 if name.startswith("new_") else 0) if name in SIZED_BY_ARGUMENT else None)
     if isinstance(kernel, k.FrameworkOp) and name.endswith("_backward") and len(op.shapes) > 1:
         shape = op.shapes[1]  # a pooling backward's gradient has its input's shape
-        return _numel(shape) if isinstance(shape, list) else 0
+        return numel(shape) if isinstance(shape, list) else 0
     if in_place(op.name) or isinstance(kernel, (k.Reduction, k.Attention, k.Recurrent, k.FrameworkOp, k.Copy)):
         return 0  # reductions' results are small; pooling forwards, fused kernels: not modelled
     if isinstance(kernel, k.Gemm):
@@ -80,16 +80,16 @@ def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int
         mask = str(op.concrete[-1]) if op.concrete else ""
         if name == "convolution_backward" and len(op.shapes) > 1 and not mask.startswith("[False"):
             shape = op.shapes[1]
-            return _numel(shape) if isinstance(shape, list) else 0  # the input's gradient (the weight's is small)
+            return numel(shape) if isinstance(shape, list) else 0  # the input's gradient (the weight's is small)
         return 0
     if isinstance(kernel, k.Elementwise):
         tensors = _tensor_shapes(op)
         if name in NEW_SIZE:
             return kernel.n
         if name == "embedding_dense_backward":  # the whole weight gradient, num_weights x width
-            rows = _int_list(op.concrete[2] if len(op.concrete) > 2 else "", [0])[0]
+            rows = int_list(op.concrete[2] if len(op.concrete) > 2 else "", [0])[0]
             return max(0, rows) * (tensors[0][-1] if tensors and tensors[0] else 0)
-        return max((_numel(s) for s in tensors), default=0)
+        return max((numel(s) for s in tensors), default=0)
     return 0
 
 
@@ -150,7 +150,7 @@ def heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
 
 def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> bool:
     shape = _first_shape(op)
-    return op.index in kernels and in_place(op.name) and shape is not None and _numel(shape) == elements
+    return op.index in kernels and in_place(op.name) and shape is not None and numel(shape) == elements
 
 
 def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: dict[int, k.Kernel]) -> int | None:
@@ -170,7 +170,7 @@ def _next_whole_writer(trace: Trace, allocation: OpRecord, siblings: list[int], 
     """The in-place writer of an ``empty``'s tensor: in the first later op of its ``siblings``
     (the ops beside it) that involves a tensor of its size, if that op writes one in place."""
     for index in siblings:
-        if index > allocation.index and any(_numel(s) == elements for s in _tensor_shapes(trace.ops[index])):
+        if index > allocation.index and any(numel(s) == elements for s in _tensor_shapes(trace.ops[index])):
             return _first_whole_writer(trace, [index], elements, kernels)
     return None
 

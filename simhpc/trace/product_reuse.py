@@ -75,7 +75,7 @@ from typing import Any
 
 from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
-from simhpc.costs.opmap import is_shape
+from simhpc.costs.op_arguments import is_shape
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.framework_costs import private_cache
 

@@ -188,7 +188,7 @@ def measure_pool(op: str, side: int, threads: int, budget: Budget, nhwc: bool = 
     """Time one pooling op on ``[64, 16, side, side]`` fp32 (stored channels-last if ``nhwc``: the
     op ``<op>@channels_last``); a record."""
     call, moved = _pool_call(op, side, nhwc)
-    from simhpc.costs.opmap import CHANNELS_LAST
+    from simhpc.costs.op_arguments import CHANNELS_LAST
 
     return _record(op + (CHANNELS_LAST if nhwc else ""), call, moved, threads, budget,
                    input=[POOL_BATCH, POOL_CHANNELS, side, side], window=list(POOLS[op]))
