@@ -1389,7 +1389,7 @@ def test_dram_figures_come_from_the_largest_working_set_when_the_llc_is_the_sock
 def test_cold_product_fit_weighs_a_point_above_it_as_one_below() -> None:
     """Points scattered by the same factors above and below 30 us + bytes / 30 GB/s give that fit
     back (least squares of the log ratio); a least-relative-squares fit went under most of them."""
-    from simhpc.costs.calibration import cold_product_fits
+    from simhpc.costs.cold_products import cold_product_fits
 
     rows = []
     for i, (m, n, k) in enumerate(((32, 32, 32), (64, 10, 4096), (512, 512, 16), (4, 512, 512), (512, 4, 512),
@@ -1405,7 +1405,7 @@ def test_cold_product_fit_weighs_a_point_above_it_as_one_below() -> None:
 def test_cold_products_pay_the_fitted_cold_call_time(cal_path: Path) -> None:
     """``gemm_cold`` points whose cold-less-warm times are 50 us + bytes / 20 GB/s give that fit back,
     and ``cache="cold"`` charges it to every BLAS product (none to a convolution)."""
-    from simhpc.costs.calibration import cold_product_fits
+    from simhpc.costs.cold_products import cold_product_fits
 
     data = json.loads(cal_path.read_text())
     rows = []
@@ -1434,7 +1434,7 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
     layout) stay out of the cold-call fit and give the part of its constant that is the layout's
     kernels: a product whose layout's kernels are cold pays that part even when the constant's
     remainder is warm, and the whole constant when both are cold."""
-    from simhpc.costs.calibration import cold_product_fits, path_constants
+    from simhpc.costs.cold_products import cold_product_fits, path_constants
 
     data = json.loads(cal_path.read_text())
     rows = []

@@ -125,8 +125,9 @@ def test_a_pool_costs_what_its_window_and_stride_make_it_load() -> None:
     a 2x2 stride-2 window (the same bytes, fewer loads per output) costs less, under a 3x3 stride-1
     window (four times the outputs) more than its bytes alone say, and the calibrated window
     costs exactly what its points say."""
-    from simhpc.costs.calibration import CalibratedEfficiency, pool_work
+    from simhpc.costs.calibration import CalibratedEfficiency
     from simhpc.costs.calibration_file import validate
+    from simhpc.costs.stream_curves import pool_work
     from simhpc.hardware.host import COMMITTED_CALIBRATION
 
     efficiency = CalibratedEfficiency(validate(json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8")),
@@ -695,7 +696,7 @@ def test_transitions_add_the_work_of_a_deeper_graph_over_the_width_sweeps() -> N
     """The depth sweep's excess over the width curve, linear in parameter tensors for the step's
     start and the backward's exit and in autograd nodes for its entry: none at or below the width
     sweep's counts, interpolated between the loops, extended with the last slope beyond them."""
-    from simhpc.costs.calibration import TransitionCurves
+    from simhpc.costs.transitions import TransitionCurves
 
     def row(width: int, layers: int, nbytes: float, seconds: float) -> dict:
         return {"what": "step_start", "threads": 1, "width": width, "layers": layers, "step_bytes": nbytes,

@@ -4,6 +4,7 @@ what was measured."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -56,6 +57,23 @@ def grid_2d(points: Iterable[tuple[float, float, float]]) -> Callable[[float, fl
         return float(np.exp(grid([at])[0]))
 
     return value
+
+
+def thread_blend(counts: list[int], threads: int) -> list[tuple[int, float]]:
+    """Measured thread counts (sorted) and the weights that stand for ``threads``: linear between
+    the two measured counts around it, the nearest measured count outside them."""
+    if not counts:
+        return []
+    if threads <= counts[0]:
+        return [(counts[0], 1.0)]
+    if threads >= counts[-1]:
+        return [(counts[-1], 1.0)]
+    high = bisect.bisect_left(counts, threads)
+    low_t, high_t = counts[high - 1], counts[high]
+    if high_t == threads:
+        return [(threads, 1.0)]
+    weight = (threads - low_t) / (high_t - low_t)
+    return [(low_t, 1.0 - weight), (high_t, weight)]
 
 
 class GemmSurface:
