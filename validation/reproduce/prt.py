@@ -139,7 +139,7 @@ def trends(models: tuple[str, ...], quick: bool) -> None:
     k = 3
     print(f"\nGain of PRT (k={k}) over its baseline as conditions change (uni: vs 1F1B, bi: vs Chimera)")
     cases: list[tuple[str, tuple[str, ...], dict[str, str] | None]] = []
-    for m in (8, 16) if quick else (8, 16, 32):
+    for m in (4, 8, 16) if quick else (4, 8, 16, 32):
         cases.append((f"m={m}", (f"workload.micro_batches={m}",), None))
     for overhead in ("0 us", "200 us") if quick else ("0 us", "50 us", "200 us", "500 us"):
         cases.append((f"overhead {overhead}", (f"workload.stage_overhead={overhead}",), None))
