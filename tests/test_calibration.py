@@ -28,7 +28,7 @@ from simhpc.costs.calibration_file import (
     write_calibration,
 )
 from simhpc.costs.calibration_merge import merge_calibrations, repair_outliers
-from simhpc.costs.interpolation import GemmSurface, grid_2d
+from simhpc.costs.interpolation import GemmSurface, grid_2d, thread_blend
 from simhpc.costs.kernels import (
     Attention,
     Copy,
@@ -1591,3 +1591,13 @@ def test_convolution_heads_to_few_channels_use_their_own_points() -> None:
     data["kernels"]["conv"] = [r for r in data["kernels"]["conv"] if r["n"] > 3 or r.get("groups", 1) > 1]
     without = CalibratedEfficiency(validate(data, "no heads"), blas="torch").host_time(forward, 2)
     assert without < predicted / 2
+
+
+def test_thread_blend_interpolates_between_measured_counts_and_clamps_outside() -> None:
+    """Thread counts between two measured ones weigh them linearly; outside, the nearest one alone."""
+    assert thread_blend([1, 2, 4], 3) == [(2, 0.5), (4, 0.5)]
+    assert thread_blend([1, 4], 2) == [(1, pytest.approx(2 / 3)), (4, pytest.approx(1 / 3))]
+    assert thread_blend([1, 2, 4], 2) == [(2, 1.0)]
+    assert thread_blend([2, 4], 1) == [(2, 1.0)]
+    assert thread_blend([1, 2], 8) == [(2, 1.0)]
+    assert thread_blend([], 2) == []
