@@ -71,10 +71,10 @@ class ProductSurfaces:
             )
         convs: dict[tuple[str, bool, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
-            groups = row.get("groups", 1)
-            key = (row["direction"], row.get("stride", 1) > 1, groups > 1, is_line(row.get("image", ())),
+            conv_groups = row.get("groups", 1)
+            key = (row["direction"], row.get("stride", 1) > 1, conv_groups > 1, is_line(row.get("image", ())),
                    row.get("taps") == 1, row["dtype"], row["threads"])
-            convs[key].append({**row, "batch": row["passes"] * groups})
+            convs[key].append({**row, "batch": row["passes"] * conv_groups})
         for (direction, strided, grouped, line, pointwise, dtype, threads), rows in sorted(convs.items()):
             self._conv[(direction, strided, grouped, line, pointwise)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.method, self.smoothing
