@@ -841,6 +841,41 @@ def test_microbench_counts_the_points_measured_on_a_shared_core(monkeypatch) -> 
     assert "L1 probe" not in runner.run([runner.Task("gemm", "e", lambda: {"time_s": 1.0})])["probes"]
 
 
+def test_microbench_measures_points_taken_with_the_cores_far_apart_again(monkeypatch) -> None:
+    """The cores' round trip before every multi-thread point (and repeat) is kept in its row; the
+    first-round points read over FAR_CORES x the run's fastest are measured again right after the
+    first round, before and instead of their planned repeats; the faster measurement is kept."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner, latency = load_submodule("runner"), load_submodule("latency")
+    readings = iter([300e-9, 60e-9, 320e-9, 58e-9, 61e-9, 59e-9])  # a, c, d (first round); a, d, c again
+    monkeypatch.setattr(latency, "quick_round_trip", lambda: next(readings))
+    times = {"a": iter([9.0, 3.0]), "b": iter([1.0]), "c": iter([2.0, 2.5]), "d": iter([7.0, 4.0])}
+    order: list[str] = []
+
+    def point(name: str) -> dict:
+        order.append(name)
+        return {"time_s": next(times[name])}
+
+    labels = {"a": "gemm 2t a", "b": "gemm 1t b", "c": "gemm 2t c", "d": "gemm 2t d"}
+    tasks = [runner.Task("gemm", labels[name], lambda name=name: point(name)) for name in "abcd"]
+    tasks += [runner.Task("gemm", labels[name], lambda name=name: point(name), again=True) for name in "cd"]
+    tasks.append(runner.Task("probes", "end", lambda: {"round_trip_s": 1.0}))
+    result = runner.run(tasks, round_trips=True)
+    assert order == ["a", "b", "c", "d", "a", "d", "c"]  # a, d far (over 2 x 60 ns): retaken, d's repeat dropped
+    rows = result["kernels"]["gemm"]
+    assert [row["time_s"] for row in rows] == [3.0, 1.0, 2.0, 4.0]
+    assert [row.get("round_trip_s") for row in rows] == [58e-9, None, 60e-9, 61e-9]
+    assert [row.get("rounds") for row in rows] == [2, None, 2, 2]
+    before = result["probes"]["round trip before points"]
+    assert before["far_points"] == 2 and before["retaken"] == 2 and before["samples"] == 3
+    assert before["kept_far"] == 0
+    assert before["fastest_s"] == 60e-9
+    assert runner.threads_of("gemm torch fp32 2t 1x64x64x16 nt") == 2 and runner.threads_of("hash 4096 B") == 1
+    alone = runner.Task("gemm", "2t e", lambda: {"time_s": 1.0})
+    assert "round trip before points" not in runner.run([alone])["probes"]
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_microbench_l1_probe_reads_an_l1_hit() -> None:
     """Over three quarters of a 32 KiB L1: a few nanoseconds a load, not DRAM's hundred."""
@@ -1022,6 +1057,18 @@ def test_calibrate_warns_when_the_cores_round_trip_moved(capsys: pytest.CaptureF
     assert "start 70 ns (35 ns-210 ns), end 330 ns" in captured.out and "moved during the run" in captured.err
     _echo_round_trips({})  # one core: no probe, nothing printed
     assert capsys.readouterr().out == ""
+    moved = {"peer round trip": probe(70e-9), "peer round trip at the end": probe(330e-9)}
+
+    def before(kept_far: int) -> dict:
+        return {"fastest_s": 50e-9, "median_s": 60e-9, "samples": 100, "far_points": 30, "retaken": 25,
+                "kept_far": kept_far, "far_threshold": 2.0}
+
+    _echo_round_trips({**moved, "round trip before points": before(10)})  # the readings before points decide
+    captured = capsys.readouterr()
+    assert "30 of 100 points measured far apart" in captured.out and "10 kept from" in captured.out
+    assert "warning" not in captured.err
+    _echo_round_trips({**moved, "round trip before points": before(11)})
+    assert "11 of 100 multi-thread points are kept from a measurement" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -157,7 +157,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
 
             left = None if quick else DEADLINE_S - (time.perf_counter() - start)
             l1 = next((cache.size for cache in host.caches if cache.name == "L1D"), None)
-            results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1)
+            peers = host.cores > 1 and sys.modules[f"{suite.__name__}.latency"].two_cpus_available()
+            results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1, round_trips=peers)
     except RuntimeError as error:  # BuildError, missing threadpoolctl, a kernel that failed
         raise MicrobenchError(f"calibration failed: {error}") from None
     wall = time.perf_counter() - start
@@ -214,21 +215,38 @@ def _echo_l1_probe(probes: dict, points: int) -> None:
 
 
 ROUND_TRIP_DRIFT = 1.5
-"""Start-to-end ratio of the cores' median round trip above which ``calibrate`` warns."""
+"""Start-to-end ratio of the cores' median round trip above which ``calibrate`` warns (a run without
+a reading before each point)."""
+KEPT_FAR_WARNING = 0.1
+"""Share of the multi-thread points kept from a measurement with the cores far apart above which
+``calibrate`` warns."""
+MERGE_ADVICE = "calibrate again and combine the runs with --merge"
 
 
 def _echo_round_trips(probes: dict) -> None:
-    """Print the cores' round trip at the start and the end of the run, and warn when it moved: the
-    multi-thread points were then measured with the cores at another distance than some of them."""
+    """Print the cores' round trip at the start and the end of the run and before each multi-thread
+    point, and warn when many of those points are kept from a measurement with the cores far apart
+    (the host moved this machine's vCPUs; small multi-thread products then take up to 3x longer),
+    or, in a run without the readings before each point, when the round trip moved."""
     start, end = probes.get("peer round trip"), probes.get("peer round trip at the end")
     if not start:
         return
     shown = [f"{what} {format_time(probe['round_trip_s'])} ({format_time(probe['min_s'])}-"
              f"{format_time(probe['max_s'])})" for what, probe in (("start", start), ("end", end)) if probe]
     click.echo("cores' round trip (median of bursts, fastest-slowest): " + ", ".join(shown))
-    if end and max(start["round_trip_s"], end["round_trip_s"]) > ROUND_TRIP_DRIFT * min(
+    before = probes.get("round trip before points")
+    if before:
+        click.echo(f"cores' round trip before each multi-thread point: fastest {format_time(before['fastest_s'])}, "
+                   f"median {format_time(before['median_s'])}; {before['far_points']} of {before['samples']} "
+                   f"points measured far apart (over {before['far_threshold']}x the fastest), "
+                   f"{before['retaken']} of them measured again after the first round; {before['kept_far']} "
+                   "kept from a measurement far apart")
+        if before["kept_far"] > KEPT_FAR_WARNING * before["samples"]:
+            click.echo(f"warning: {before['kept_far']} of {before['samples']} multi-thread points are kept from a "
+                       "measurement with the cores far apart (the host moved this machine's CPUs): they may be "
+                       f"slow; {MERGE_ADVICE}", err=True)
+    elif end and max(start["round_trip_s"], end["round_trip_s"]) > ROUND_TRIP_DRIFT * min(
             start["round_trip_s"], end["round_trip_s"]):
         click.echo("warning: the round trip between two cores moved during the run (the host moved this "
-                   "machine's CPUs): multi-thread points may be slow; calibrate again and combine the runs "
-                   "with --merge", err=True)
+                   f"machine's CPUs): multi-thread points may be slow; {MERGE_ADVICE}", err=True)
 

@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -41,13 +42,15 @@ class Task:
     """One measured point: ``section`` of the calibration file it goes to, a label, the call.
 
     ``again``: a repeat of an earlier task with this label (a later round): the faster of the
-    two measurements is kept, with ``rounds`` counting them.
+    two measurements is kept, with ``rounds`` counting them. ``retake``: a repeat :func:`run` adds
+    for a point measured with the cores far apart, in place of any planned one.
     """
 
     section: str
     label: str
     call: Callable[[], dict[str, Any]]
     again: bool = False
+    retake: bool = False
 
 
 ROUNDS = 2
@@ -311,8 +314,59 @@ class L1Watch:
                 "shared_points": self.shared_points, "slowdown_threshold": SHARED_L1_SLOWDOWN}
 
 
+FAR_CORES = 2.0
+"""A round trip over this many times the run's fastest: the host ran the two vCPUs on distant cores
+while the point after it was measured (:func:`~.latency.quick_round_trip`: 55-75 ns near, 310-340
+ns far on the EPYC Zen 4 guest)."""
+
+
+class PeerWatch:
+    """The cores' round trip before every multi-thread point of a run: which were measured far apart."""
+
+    def __init__(self) -> None:
+        self.readings: dict[str, float] = {}
+        """First-round label -> the round trip read before it."""
+
+    def probe(self) -> float:
+        """The round trip now."""
+        return latency.quick_round_trip()
+
+    def far_labels(self) -> list[str]:
+        """The first-round points whose reading was over :data:`FAR_CORES` x the run's fastest."""
+        if not self.readings:
+            return []
+        fastest = min(self.readings.values())
+        return [label for label, reading in self.readings.items() if reading > FAR_CORES * fastest]
+
+    def summary(self, retaken: int, kept: list[float]) -> dict[str, Any]:
+        """The ``round trip before points`` entry of the calibration's probes: ``retaken``, how many
+        far points were measured again in time; ``kept``, the readings before the kept measurements."""
+        ordered = sorted(self.readings.values())
+        far = FAR_CORES * ordered[0]
+        return {"fastest_s": ordered[0], "median_s": statistics.median(ordered), "samples": len(ordered),
+                "far_points": len(self.far_labels()), "retaken": retaken,
+                "kept_far": sum(reading > far for reading in kept), "far_threshold": FAR_CORES}
+
+
+def threads_of(label: str) -> int:
+    """The thread count a point's label names (``... 2t ...``), 1 where it names none."""
+    found = re.search(r"\b(\d+)t\b", label)
+    return int(found.group(1)) if found else 1
+
+
+def _schedule(tasks: list[Task], retakes: Callable[[], list[Task]]) -> Iterator[Task]:
+    """``tasks`` in order, with ``retakes()`` (asked for when the first round has ended) before the
+    first repeat, or after the last point where there is none (before the trailing probes)."""
+    boundary = next((i for i, task in enumerate(tasks) if task.again), None)
+    if boundary is None:
+        boundary = 1 + max((i for i, task in enumerate(tasks) if task.section != "probes"), default=-1)
+    yield from tasks[:boundary]
+    yield from retakes()
+    yield from tasks[boundary:]
+
+
 def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None,
-        l1_bytes: int | None = None) -> dict[str, Any]:
+        l1_bytes: int | None = None, round_trips: bool = False) -> dict[str, Any]:
     """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...},
     "repeats_skipped": n, "first_round_s": seconds}`` (the time to the first repeat: every point
     measured once).
@@ -321,37 +375,61 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     run should end; a repeat (``again``) that its first round's duration says would end later is
     skipped (the first round's measurement stands). ``l1_bytes``: the L1 data cache, to take the L1
     probe (:class:`L1Watch`) before every first-round point, its reading kept in the point's row
-    (``l1_probe_s``). glibc's malloc is told to keep freed memory first
-    (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
+    (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`) before every
+    multi-thread point, kept in its row (``round_trip_s``), and measure the first-round points read
+    far apart once more right after the first round, before and instead of their planned repeats
+    (the faster measurement is kept, as for every repeat). glibc's malloc is told to keep freed
+    memory first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
+    peers = PeerWatch() if round_trips else None
     pages.keep_freed_memory()
     kernels: dict[str, list[dict[str, Any]]] = {}
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
     took: dict[str, float] = {}
+    retaken: set[str] = set()
+    measured_again = 0
     skipped = 0
     start = time.perf_counter()
     first_round_s = None
     first_round = sum(1 for task in tasks if not task.again)
+
+    def retakes() -> list[Task]:
+        if peers is None:
+            return []
+        by_label = {task.label: task for task in tasks if not task.again}
+        retaken.update(peers.far_labels())
+        return [replace(by_label[label], again=True, retake=True) for label in peers.far_labels()]
+
     timing.set_pace(1.0)
-    for done, task in enumerate(tasks):
+    for done, task in enumerate(_schedule(tasks, retakes)):
         if progress:
             progress(task.label)
         if task.again and first_round_s is None:
             first_round_s = time.perf_counter() - start
         if deadline_s is not None and not task.again and done >= first_round // 10:
             timing.set_pace(_pace(time.perf_counter() - start, done, first_round, deadline_s))
+        if task.again and not task.retake and task.label in retaken:
+            continue  # a planned repeat of a point already measured again
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
             skipped += 1
             continue
         l1_probe_s = None
         if watch is not None and task.section != "probes" and not task.again:
             l1_probe_s = watch.probe()
+        round_trip_s = None
+        if peers is not None and task.section != "probes" and threads_of(task.label) > 1:
+            round_trip_s = peers.probe()
+            if not task.again:
+                peers.readings[task.label] = round_trip_s
+        measured_again += task.retake
         began = time.perf_counter()
         row = task.call()
         if l1_probe_s is not None:
             row["l1_probe_s"] = l1_probe_s
+        if round_trip_s is not None:
+            row["round_trip_s"] = round_trip_s
         took.setdefault(task.label, time.perf_counter() - began)
         if task.section == "probes":
             probes[task.label] = row
@@ -368,6 +446,9 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     timing.set_pace(1.0)
     if watch is not None and watch.samples:
         probes["L1 probe"] = watch.summary()
+    if peers is not None and peers.readings:
+        kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
+        probes["round trip before points"] = peers.summary(measured_again, kept)
     if first_round_s is None:
         first_round_s = time.perf_counter() - start
     return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped, "first_round_s": first_round_s}
