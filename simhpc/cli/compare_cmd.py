@@ -20,6 +20,7 @@ from simhpc.hardware.host import detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import Comparison, compare_trace, default_blas
+from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
@@ -360,6 +361,10 @@ def command(
     beyond = thread_range_warning(cal, used, threads_from)
     if beyond is not None:
         warn(beyond)
+    capture_round_trips_s, calibration_round_trip_s = capture_round_trips(trace), calibration_round_trip(cal)
+    far = distance_warning(capture_round_trips_s, calibration_round_trip_s, used)
+    if far is not None:
+        warn(far)
     comparison = compare_trace(trace, model, cpu, used)
     if comparison.ops_total == 0 or comparison.measured_step_s <= 0:
         skipped = _reasons(comparison.skipped_events)
@@ -370,6 +375,8 @@ def command(
     summary["blas"] = chosen
     summary["cache"] = cache
     summary["threads_from"] = threads_from
+    summary["capture_round_trips_s"] = capture_round_trips_s
+    summary["calibration_round_trip_s"] = calibration_round_trip_s
     summary["warnings"] = warnings
     folder = outdir or Path("runs") / f"compare-{stem}"
     try:

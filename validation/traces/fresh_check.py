@@ -22,7 +22,9 @@ from pathlib import Path
 
 from report import compare_captures  # this folder's report.py (the script's folder is on sys.path)
 
-from simhpc.costs.calibration_file import load_calibration
+from simhpc.costs.calibration_file import Calibration, load_calibration
+from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips
+from simhpc.trace.readers import read_trace
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,6 +49,18 @@ def _shared_core_line(probes: dict) -> str:
             f"(L1 probe over {probe['slowdown_threshold']}x its fastest)")
 
 
+def _trips(path: Path) -> str:
+    """The cores' round trips a capture recorded before and after its steps."""
+    readings = capture_round_trips(read_trace(path))
+    return " / ".join(f"{value * 1e9:.0f} ns" for value in readings) if readings else "-"
+
+
+def _trip_line(cal: Calibration) -> str:
+    """The cores' round trip while the calibration's multi-thread points were measured, if probed."""
+    reading = calibration_round_trip(cal)
+    return "" if reading is None else f"; cores' round trip {reading * 1e9:.0f} ns in the calibration"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} %"
 
@@ -66,8 +80,8 @@ def main() -> None:
                                        "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | GEMM repeats "
-             "| meets target |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| cores' round trip | meets target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
     for path, threads, _, result in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
         step, gemm = result.step_error_pct, result.kinds.get("gemm", {})
@@ -76,10 +90,10 @@ def main() -> None:
         misses += not meets
         lines.append(f"| {path.name.split('.')[0]} | {threads} | {result.measured_step_s * 1e3:.1f} ms | "
                      f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | {_pct(mape)} | "
-                     f"{_pct(gemm.get('repeat_mape_pct'))} | {'yes' if meets else 'no'} |")
+                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(path)} | {'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
                  f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
-                 + _shared_core_line(cal.data.get("probes") or {}))
+                 + _shared_core_line(cal.data.get("probes") or {}) + _trip_line(cal))
     lines.extend(f"calibrate {line}" for line in warnings)
     report = "\n".join(lines)
     (out / "report.md").write_text(report + "\n", encoding="utf-8")
