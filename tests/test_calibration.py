@@ -876,6 +876,32 @@ def test_microbench_measures_points_taken_with_the_cores_far_apart_again(monkeyp
     assert "round trip before points" not in runner.run([alone])["probes"]
 
 
+def test_microbench_retake_still_far_waits_behind_a_planned_repeat(monkeypatch) -> None:
+    """A retake whose probe still reads the cores far apart is put back behind one planned repeat
+    (RETAKE_DEFERRALS times at most), and measured anyway once no planned repeat is left."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner, latency = load_submodule("runner"), load_submodule("latency")
+    # first round a (far), b, c; a's retake far -> b's repeat; far -> c's repeat; near -> a
+    readings = iter([300e-9, 60e-9, 62e-9, 310e-9, 61e-9, 320e-9, 63e-9, 58e-9])
+    monkeypatch.setattr(latency, "quick_round_trip", lambda: next(readings))
+    order: list[str] = []
+
+    def point(name: str) -> dict:
+        order.append(name)
+        return {"time_s": 1.0 / order.count(name)}
+
+    tasks = [runner.Task("gemm", f"2t {name}", lambda name=name: point(name)) for name in "abc"]
+    tasks += [runner.Task("gemm", f"2t {name}", lambda name=name: point(name), again=True) for name in "bc"]
+    rows = runner.run(tasks, round_trips=True)["kernels"]["gemm"]
+    assert order == ["a", "b", "c", "b", "c", "a"]
+    assert rows[0]["round_trip_s"] == 58e-9 and rows[0]["rounds"] == 2
+    readings = iter([300e-9, 60e-9, 330e-9])  # no planned repeat to wait behind: measured far
+    order.clear()
+    result = runner.run(tasks[:2], round_trips=True)
+    assert order == ["a", "b", "a"] and result["probes"]["round trip before points"]["kept_far"] == 1
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_microbench_l1_probe_reads_an_l1_hit() -> None:
     """Over three quarters of a 32 KiB L1: a few nanoseconds a load, not DRAM's hundred."""

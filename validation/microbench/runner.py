@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -331,21 +332,21 @@ class PeerWatch:
         """The round trip now."""
         return latency.quick_round_trip()
 
+    def is_far(self, reading: float | None) -> bool:
+        """Whether ``reading`` is over :data:`FAR_CORES` x the run's fastest first-round reading."""
+        return bool(self.readings) and reading is not None and reading > FAR_CORES * min(self.readings.values())
+
     def far_labels(self) -> list[str]:
         """The first-round points whose reading was over :data:`FAR_CORES` x the run's fastest."""
-        if not self.readings:
-            return []
-        fastest = min(self.readings.values())
-        return [label for label, reading in self.readings.items() if reading > FAR_CORES * fastest]
+        return [label for label, reading in self.readings.items() if self.is_far(reading)]
 
     def summary(self, retaken: int, kept: list[float]) -> dict[str, Any]:
         """The ``round trip before points`` entry of the calibration's probes: ``retaken``, how many
         far points were measured again in time; ``kept``, the readings before the kept measurements."""
         ordered = sorted(self.readings.values())
-        far = FAR_CORES * ordered[0]
         return {"fastest_s": ordered[0], "median_s": statistics.median(ordered), "samples": len(ordered),
                 "far_points": len(self.far_labels()), "retaken": retaken,
-                "kept_far": sum(reading > far for reading in kept), "far_threshold": FAR_CORES}
+                "kept_far": sum(self.is_far(reading) for reading in kept), "far_threshold": FAR_CORES}
 
 
 def threads_of(label: str) -> int:
@@ -354,15 +355,18 @@ def threads_of(label: str) -> int:
     return int(found.group(1)) if found else 1
 
 
-def _schedule(tasks: list[Task], retakes: Callable[[], list[Task]]) -> Iterator[Task]:
-    """``tasks`` in order, with ``retakes()`` (asked for when the first round has ended) before the
-    first repeat, or after the last point where there is none (before the trailing probes)."""
+RETAKE_DEFERRALS = 3
+"""Times a retake whose probe still reads the cores far apart is put back behind one planned repeat
+(far spells last seconds to minutes) before it is measured anyway."""
+
+
+def _first_round_end(tasks: list[Task]) -> int:
+    """Index of the first repeat in ``tasks``, or, where there is none, after the last point (the
+    trailing probes stay last)."""
     boundary = next((i for i, task in enumerate(tasks) if task.again), None)
     if boundary is None:
         boundary = 1 + max((i for i, task in enumerate(tasks) if task.section != "probes"), default=-1)
-    yield from tasks[:boundary]
-    yield from retakes()
-    yield from tasks[boundary:]
+    return boundary
 
 
 def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None,
@@ -377,8 +381,9 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     probe (:class:`L1Watch`) before every first-round point, its reading kept in the point's row
     (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`) before every
     multi-thread point, kept in its row (``round_trip_s``), and measure the first-round points read
-    far apart once more right after the first round, before and instead of their planned repeats
-    (the faster measurement is kept, as for every repeat). glibc's malloc is told to keep freed
+    far apart once more after the first round, before and instead of their planned repeats; a retake
+    whose probe still reads far waits behind a planned repeat, up to :data:`RETAKE_DEFERRALS` times.
+    The faster measurement is kept, as for every repeat. glibc's malloc is told to keep freed
     memory first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
@@ -388,42 +393,23 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
     took: dict[str, float] = {}
-    retaken: set[str] = set()
-    measured_again = 0
-    skipped = 0
+    counts = {"skipped": 0, "retaken": 0}
     start = time.perf_counter()
-    first_round_s = None
-    first_round = sum(1 for task in tasks if not task.again)
 
-    def retakes() -> list[Task]:
-        if peers is None:
-            return []
-        by_label = {task.label: task for task in tasks if not task.again}
-        retaken.update(peers.far_labels())
-        return [replace(by_label[label], again=True, retake=True) for label in peers.far_labels()]
-
-    timing.set_pace(1.0)
-    for done, task in enumerate(_schedule(tasks, retakes)):
+    def measure(task: Task, round_trip_s: float | None = None) -> None:
         if progress:
             progress(task.label)
-        if task.again and first_round_s is None:
-            first_round_s = time.perf_counter() - start
-        if deadline_s is not None and not task.again and done >= first_round // 10:
-            timing.set_pace(_pace(time.perf_counter() - start, done, first_round, deadline_s))
-        if task.again and not task.retake and task.label in retaken:
-            continue  # a planned repeat of a point already measured again
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
-            skipped += 1
-            continue
+            counts["skipped"] += 1
+            return
         l1_probe_s = None
         if watch is not None and task.section != "probes" and not task.again:
             l1_probe_s = watch.probe()
-        round_trip_s = None
-        if peers is not None and task.section != "probes" and threads_of(task.label) > 1:
+        if round_trip_s is None and peers is not None and task.section != "probes" and threads_of(task.label) > 1:
             round_trip_s = peers.probe()
             if not task.again:
                 peers.readings[task.label] = round_trip_s
-        measured_again += task.retake
+        counts["retaken"] += task.retake
         began = time.perf_counter()
         row = task.call()
         if l1_probe_s is not None:
@@ -443,12 +429,38 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         else:
             first[task.label] = row
             kernels.setdefault(task.section, []).append(row)
+
+    boundary = _first_round_end(tasks)
+    first_round = tasks[:boundary]
     timing.set_pace(1.0)
+    for done, task in enumerate(first_round):
+        if deadline_s is not None and done >= len(first_round) // 10:
+            timing.set_pace(_pace(time.perf_counter() - start, done, len(first_round), deadline_s))
+        measure(task)
+    timing.set_pace(1.0)
+    first_round_s = time.perf_counter() - start
+    far = peers.far_labels() if peers is not None else []
+    by_label = {task.label: task for task in first_round}
+    waiting = deque((replace(by_label[label], again=True, retake=True), 0) for label in far)
+    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far)
+    while waiting or planned:
+        if not waiting:
+            measure(planned.popleft())
+            continue
+        task, deferred = waiting.popleft()
+        reading = peers.probe() if peers is not None else None
+        if planned and deferred < RETAKE_DEFERRALS and peers is not None and peers.is_far(reading):
+            waiting.append((task, deferred + 1))
+            measure(planned.popleft())
+        else:
+            measure(task, reading)
+    for task in tasks[boundary:]:
+        if not task.again:
+            measure(task)
     if watch is not None and watch.samples:
         probes["L1 probe"] = watch.summary()
     if peers is not None and peers.readings:
         kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
-        probes["round trip before points"] = peers.summary(measured_again, kept)
-    if first_round_s is None:
-        first_round_s = time.perf_counter() - start
-    return {"kernels": kernels, "probes": probes, "repeats_skipped": skipped, "first_round_s": first_round_s}
+        probes["round trip before points"] = peers.summary(counts["retaken"], kept)
+    return {"kernels": kernels, "probes": probes, "repeats_skipped": counts["skipped"],
+            "first_round_s": first_round_s}
