@@ -45,10 +45,12 @@ def test_calibration_round_trip_prefers_the_readings_before_its_points() -> None
     assert calibration_round_trip(replace(cal, data={**cal.data, "probes": {}})) is None
 
 
-def test_distance_warning_needs_two_threads_and_cores_twice_as_far() -> None:
+def test_distance_warning_needs_two_threads_and_cores_twice_as_far_either_way() -> None:
     far = distance_warning([70e-9, 330e-9], 60e-9, threads=2)
-    assert far is not None and "70 ns and 330 ns" in far and "60 ns" in far
+    assert far is not None and "70 ns and 330 ns" in far and "60 ns" in far and "during the capture" in far
     assert distance_warning([70e-9, 330e-9], 60e-9, threads=1) is None
+    slow = distance_warning([50e-9, 55e-9], 320e-9, threads=2)  # the calibration's cores were the far ones
+    assert slow is not None and "farther apart during the calibration" in slow and "too slow" in slow
     assert distance_warning([70e-9, 115e-9], 60e-9, threads=2) is None  # under 2x
     assert distance_warning(None, 60e-9, threads=2) is None
     assert distance_warning([330e-9], None, threads=2) is None

@@ -194,7 +194,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
 
 
 SHARED_CORE_WARNING = 0.2
-"""Share of the points measured on a shared core above which ``calibrate`` warns."""
+"""Share of the points measured on a shared core above which ``calibrate`` warns: the microbenchmark
+runner's ``SHARED_RETAKE_SHARE``, above which it keeps them as measured."""
 
 
 def _echo_l1_probe(probes: dict, points: int) -> None:
@@ -204,14 +205,16 @@ def _echo_l1_probe(probes: dict, points: int) -> None:
     if not probe:
         return
     shared = probe["shared_points"]
+    retaken = f", {probe['retaken']} of them measured again" if probe.get("retaken") else ""
     click.echo(f"L1 probe before each point: fastest {format_time(probe['fastest_s'])}, median "
                f"{format_time(probe['median_s'])}, 90th percentile {format_time(probe['p90_s'])}; {shared} of "
-               f"{points} points measured on a shared core (over {probe['slowdown_threshold']}x the fastest)")
+               f"{points} points measured on a shared core (over {probe['slowdown_threshold']}x the fastest)"
+               + retaken)
     if shared > SHARED_CORE_WARNING * points:
         click.echo(f"warning: another hardware thread shared this core's L1 for {shared / points:.0%} of the "
                    "points (the host ran something beside this machine's CPU): cache-resident kernels then run "
-                   "up to 1.6x slower; calibrate again in a quieter moment and combine the runs with --merge",
-                   err=True)
+                   f"up to 1.6x slower, and so many are kept as measured; calibrate again in a quieter moment and "
+                   "combine the runs with --merge", err=True)
 
 
 ROUND_TRIP_DRIFT = 1.5

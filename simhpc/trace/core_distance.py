@@ -53,12 +53,18 @@ def calibration_round_trip(cal: Calibration) -> float | None:
 
 
 def distance_warning(capture: list[float] | None, calibration: float | None, threads: int) -> str | None:
-    """Why a multi-thread trace's ops may run slower than predicted: the cores were over
-    :data:`FAR_RATIO` x farther apart during its capture than during its calibration; else None."""
-    if threads < 2 or not capture or calibration is None or max(capture) <= FAR_RATIO * calibration:
+    """Why a multi-thread trace's ops may run slower or faster than predicted: the cores were over
+    :data:`FAR_RATIO` x farther apart during its capture than during its calibration, or the other
+    way round; else None."""
+    if threads < 2 or not capture or calibration is None:
         return None
     readings = " and ".join(f"{value * 1e9:.0f} ns" for value in capture)
-    return (f"a cache line's round trip between two cores read {readings} around this capture, "
-            f"{calibration * 1e9:.0f} ns while the calibration was measured: the host ran the vCPUs farther "
-            "apart, and multi-thread ops that hand data between the threads (small products most: up to 3x) "
-            "take longer than predicted")
+    seen = (f"a cache line's round trip between two cores read {readings} around this capture, "
+            f"{calibration * 1e9:.0f} ns while the calibration was measured: the host ran the vCPUs")
+    if max(capture) > FAR_RATIO * calibration:
+        return (f"{seen} farther apart during the capture, and multi-thread ops that hand data between the threads "
+                "(small products most: up to 3x) take longer than predicted")
+    if calibration > FAR_RATIO * max(capture):
+        return (f"{seen} farther apart during the calibration, and multi-thread ops that hand data between the "
+                "threads (small products most: up to 3x) are predicted too slow; calibrate again")
+    return None

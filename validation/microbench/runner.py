@@ -285,34 +285,54 @@ def _pace(elapsed: float, done: int, total: int, deadline_s: float) -> float:
 
 
 SHARED_L1_SLOWDOWN = 1.3
-"""An L1 probe reading this many times the run's fastest so far: another hardware thread shares the
-core's L1 (:func:`~.latency.measure_l1_probe`) while the point after it is measured. Such points are
-kept as measured: re-measuring them and keeping the faster (tried on the Xeon guest of session 14,
-about 60 % of the points flagged) gave a calibration of the core alone, which predicted captures taken
-minutes later, mostly on a shared core, 5-25 % too fast."""
+"""An L1 probe reading this many times the run's fastest: another hardware thread shares the core's
+L1 (:func:`~.latency.measure_l1_probe`) while the point after it is measured."""
+SHARED_RETAKE_SHARE = 0.2
+"""The share of a run's points read on a shared core up to which they are measured again (the
+faster kept): the core was shared now and then, and the calibration is of its usual state (on the
+EPYC Zen 4 guest 37-202 of about 2100 1-thread points, a median 0-17 % slower than the committed
+file's, against 0-1.5 % for the others). Above it the core is shared most of the time, and the
+points are kept as measured: re-measuring them and keeping the faster (the Xeon guest of session
+14, about 60 % of the points flagged) gave a calibration of the core alone, which predicted
+captures taken minutes later, mostly on a shared core, 5-25 % too fast."""
 
 
 class L1Watch:
-    """The L1 probe before every point of a run: how many were measured on a shared core."""
+    """The L1 probe before every first-round point of a run: which were measured on a shared core."""
 
     def __init__(self, l1_bytes: int) -> None:
         self.l1_bytes = l1_bytes
         self.samples: list[float] = []
-        self.shared_points = 0
+        self.readings: dict[str, float] = {}
+        """First-round label -> the reading before it."""
 
     def probe(self) -> float:
-        """Probe now; count a shared core (the reading against the fastest so far); the reading."""
+        """The L1 probe's reading now."""
         reading = latency.measure_l1_probe(self.l1_bytes)
         self.samples.append(reading)
-        self.shared_points += reading > SHARED_L1_SLOWDOWN * min(self.samples)
         return reading
 
-    def summary(self) -> dict[str, Any]:
-        """The ``L1 probe`` entry of the calibration's probes."""
-        ordered = sorted(self.samples)
+    def is_shared(self, reading: float | None) -> bool:
+        """Whether ``reading`` is over :data:`SHARED_L1_SLOWDOWN` x the run's fastest."""
+        return bool(self.samples) and reading is not None and reading > SHARED_L1_SLOWDOWN * min(self.samples)
+
+    def shared_labels(self) -> list[str]:
+        """The first-round points read on a shared core."""
+        return [label for label, reading in self.readings.items() if self.is_shared(reading)]
+
+    def retake_labels(self) -> list[str]:
+        """:meth:`shared_labels` where they are at most :data:`SHARED_RETAKE_SHARE` of the points, else none."""
+        shared = self.shared_labels()
+        return shared if len(shared) <= SHARED_RETAKE_SHARE * len(self.readings) else []
+
+    def summary(self, retaken: int) -> dict[str, Any]:
+        """The ``L1 probe`` entry of the calibration's probes: the first-round readings (``retaken``:
+        the shared points measured again)."""
+        ordered = sorted(self.readings.values())
         return {"fastest_s": ordered[0], "median_s": statistics.median(ordered),
                 "p90_s": ordered[int(0.9 * (len(ordered) - 1))], "samples": len(ordered),
-                "shared_points": self.shared_points, "slowdown_threshold": SHARED_L1_SLOWDOWN}
+                "shared_points": len(self.shared_labels()), "retaken": retaken,
+                "slowdown_threshold": SHARED_L1_SLOWDOWN}
 
 
 FAR_CORES = 2.0
@@ -356,8 +376,8 @@ def threads_of(label: str) -> int:
 
 
 RETAKE_DEFERRALS = 3
-"""Times a retake whose probe still reads the cores far apart is put back behind one planned repeat
-(far spells last seconds to minutes) before it is measured anyway."""
+"""Times a retake whose probe still reads the cores far apart (or the core shared) is put back behind
+one planned repeat (far spells last seconds to minutes) before it is measured anyway."""
 
 
 def _first_round_end(tasks: list[Task]) -> int:
@@ -378,13 +398,16 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     ``progress(label)`` is called before each task. ``deadline_s``: seconds from now by which the
     run should end; a repeat (``again``) that its first round's duration says would end later is
     skipped (the first round's measurement stands). ``l1_bytes``: the L1 data cache, to take the L1
-    probe (:class:`L1Watch`) before every first-round point, its reading kept in the point's row
-    (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`) before every
-    multi-thread point, kept in its row (``round_trip_s``), and measure the first-round points read
-    far apart once more after the first round, before and instead of their planned repeats; a retake
-    whose probe still reads far waits behind a planned repeat, up to :data:`RETAKE_DEFERRALS` times.
-    The faster measurement is kept, as for every repeat. glibc's malloc is told to keep freed
-    memory first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
+    probe (:class:`L1Watch`) before every first-round point and retake, its reading kept in the
+    point's row (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`)
+    before every multi-thread point, kept in its row (``round_trip_s``).
+
+    After the first round, the points read with the cores far apart, and those read on a shared
+    core (:meth:`L1Watch.retake_labels`), are measured once more, before and instead of their
+    planned repeats; a retake whose probe still reads far (or shared) waits behind a planned
+    repeat, up to :data:`RETAKE_DEFERRALS` times. The faster measurement is kept, as for every
+    repeat. glibc's malloc is told to keep freed memory first (:func:`pages.keep_freed_memory`):
+    the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
     peers = PeerWatch() if round_trips else None
@@ -393,29 +416,30 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
     took: dict[str, float] = {}
-    counts = {"skipped": 0, "retaken": 0}
+    counts = {"skipped": 0, "far": 0, "shared": 0}
     start = time.perf_counter()
 
-    def measure(task: Task, round_trip_s: float | None = None) -> None:
+    def measure(task: Task, readings: dict[str, float] | None = None) -> None:
+        """Time ``task`` (``readings``: probes taken just before it, by row field)."""
         if progress:
             progress(task.label)
         if task.again and deadline_s is not None and time.perf_counter() - start + took[task.label] > deadline_s:
             counts["skipped"] += 1
             return
-        l1_probe_s = None
-        if watch is not None and task.section != "probes" and not task.again:
-            l1_probe_s = watch.probe()
-        if round_trip_s is None and peers is not None and task.section != "probes" and threads_of(task.label) > 1:
-            round_trip_s = peers.probe()
-            if not task.again:
-                peers.readings[task.label] = round_trip_s
-        counts["retaken"] += task.retake
+        readings = dict(readings or {})
+        point = task.section != "probes"
+        if watch is not None and point and (task.retake or not task.again) and "l1_probe_s" not in readings:
+            readings["l1_probe_s"] = watch.probe()
+        if peers is not None and point and threads_of(task.label) > 1 and "round_trip_s" not in readings:
+            readings["round_trip_s"] = peers.probe()
+        if not task.again:
+            if watch is not None and "l1_probe_s" in readings:
+                watch.readings[task.label] = readings["l1_probe_s"]
+            if peers is not None and "round_trip_s" in readings:
+                peers.readings[task.label] = readings["round_trip_s"]
         began = time.perf_counter()
         row = task.call()
-        if l1_probe_s is not None:
-            row["l1_probe_s"] = l1_probe_s
-        if round_trip_s is not None:
-            row["round_trip_s"] = round_trip_s
+        row.update(readings)
         took.setdefault(task.label, time.perf_counter() - began)
         if task.section == "probes":
             probes[task.label] = row
@@ -430,6 +454,17 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
             first[task.label] = row
             kernels.setdefault(task.section, []).append(row)
 
+    def still_suspect(label: str) -> tuple[bool, dict[str, float]]:
+        """Probe again what flagged ``label``: whether it still reads far or shared, and the readings."""
+        readings: dict[str, float] = {}
+        if peers is not None and label in far:
+            readings["round_trip_s"] = peers.probe()
+        if watch is not None and label in shared:
+            readings["l1_probe_s"] = watch.probe()
+        suspect = ((peers is not None and peers.is_far(readings.get("round_trip_s")))
+                   or (watch is not None and watch.is_shared(readings.get("l1_probe_s"))))
+        return suspect, readings
+
     boundary = _first_round_end(tasks)
     first_round = tasks[:boundary]
     timing.set_pace(1.0)
@@ -439,28 +474,33 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         measure(task)
     timing.set_pace(1.0)
     first_round_s = time.perf_counter() - start
-    far = peers.far_labels() if peers is not None else []
-    by_label = {task.label: task for task in first_round}
-    waiting = deque((replace(by_label[label], again=True, retake=True), 0) for label in far)
-    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far)
+    far = set(peers.far_labels()) if peers is not None else set()
+    shared = set(watch.retake_labels()) if watch is not None else set()
+    waiting = deque((replace(task, again=True, retake=True), 0) for task in first_round
+                    if task.label in far or task.label in shared)
+    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far | shared)
     while waiting or planned:
         if not waiting:
             measure(planned.popleft())
             continue
         task, deferred = waiting.popleft()
-        reading = peers.probe() if peers is not None else None
-        if planned and deferred < RETAKE_DEFERRALS and peers is not None and peers.is_far(reading):
+        suspect, readings = still_suspect(task.label)
+        if suspect and planned and deferred < RETAKE_DEFERRALS:
             waiting.append((task, deferred + 1))
             measure(planned.popleft())
-        else:
-            measure(task, reading)
+            continue
+        before = counts["skipped"]
+        measure(task, readings)
+        if counts["skipped"] == before:
+            counts["far"] += task.label in far
+            counts["shared"] += task.label in shared
     for task in tasks[boundary:]:
         if not task.again:
             measure(task)
-    if watch is not None and watch.samples:
-        probes["L1 probe"] = watch.summary()
+    if watch is not None and watch.readings:
+        probes["L1 probe"] = watch.summary(counts["shared"])
     if peers is not None and peers.readings:
         kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
-        probes["round trip before points"] = peers.summary(counts["retaken"], kept)
+        probes["round trip before points"] = peers.summary(counts["far"], kept)
     return {"kernels": kernels, "probes": probes, "repeats_skipped": counts["skipped"],
             "first_round_s": first_round_s}
