@@ -1083,13 +1083,16 @@ def test_calibrate_warns_when_a_fifth_of_the_points_ran_on_a_shared_core(capsys:
         return {"fastest_s": 2e-9, "median_s": 2.2e-9, "p90_s": 4e-9, "samples": 100, "shared_points": shared,
                 "slowdown_threshold": 1.3}
 
-    _echo_l1_probe({"L1 probe": probe(20)}, 100)
+    _echo_l1_probe({"L1 probe": probe(20)})
     captured = capsys.readouterr()
     assert "20 of 100 points measured on a shared core (over 1.3x the fastest)" in captured.out
     assert "warning" not in captured.err
-    _echo_l1_probe({"L1 probe": probe(21)}, 100)
+    _echo_l1_probe({"L1 probe": {**probe(21), "retaken": 0}})
     assert "shared this core's L1 for 21% of the points" in capsys.readouterr().err
-    _echo_l1_probe({}, 100)  # a file without the probe: nothing printed
+    _echo_l1_probe({"L1 probe": {**probe(5), "retaken": 4}})
+    assert "5 of 100 points measured on a shared core (over 1.3x the fastest), 4 of them measured again" in (
+        capsys.readouterr().out)
+    _echo_l1_probe({})  # a file without the probe: nothing printed
     assert capsys.readouterr().out == ""
 
 

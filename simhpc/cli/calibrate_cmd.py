@@ -187,7 +187,7 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
         f"{format_bandwidth(derived['core_bandwidth'])}), latency {format_time(derived['memory_latency'])}"
     )
     _echo_round_trips(data["probes"])
-    _echo_l1_probe(data["probes"], sum(1 for task in tasks if not task.again))
+    _echo_l1_probe(data["probes"])
     skipped = results.get("repeats_skipped", 0)
     click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s"
                + (f" ({skipped} second-round repeats skipped to finish within {DEADLINE_S:.0f} s)" if skipped else ""))
@@ -198,12 +198,13 @@ SHARED_CORE_WARNING = 0.2
 runner's ``SHARED_RETAKE_SHARE``, above which it keeps them as measured."""
 
 
-def _echo_l1_probe(probes: dict, points: int) -> None:
+def _echo_l1_probe(probes: dict) -> None:
     """Print the L1 probe taken before every point and how many points were measured while another
     hardware thread shared the core; warn when that is more than :data:`SHARED_CORE_WARNING` of them."""
     probe = probes.get("L1 probe")
     if not probe:
         return
+    points = probe["samples"]
     shared = probe["shared_points"]
     retaken = f", {probe['retaken']} of them measured again" if probe.get("retaken") else ""
     click.echo(f"L1 probe before each point: fastest {format_time(probe['fastest_s'])}, median "
@@ -213,7 +214,7 @@ def _echo_l1_probe(probes: dict, points: int) -> None:
     if shared > SHARED_CORE_WARNING * points:
         click.echo(f"warning: another hardware thread shared this core's L1 for {shared / points:.0%} of the "
                    "points (the host ran something beside this machine's CPU): cache-resident kernels then run "
-                   f"up to 1.6x slower, and so many are kept as measured; calibrate again in a quieter moment and "
+                   "up to 1.6x slower, and so many are kept as measured; calibrate again in a quieter moment and "
                    "combine the runs with --merge", err=True)
 
 
