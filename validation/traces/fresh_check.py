@@ -2,7 +2,9 @@
 
 Calibrates this machine, captures the four models at 1 and 2 threads right after, compares every
 capture with that calibration and prints the table and whether each meets the targets (step-time
-error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part. Exits 1 when a
+error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part, the cores' round trip
+around each capture, and ``simhpc compare``'s warning where a 2-thread capture's cores were over twice
+as far apart as the calibration's, or the other way round. Exits 1 when a
 capture misses a target, 2 when a part fails. About 4.5 minutes on the 2-core reference machines.
 
     .venv/bin/python validation/traces/fresh_check.py [--out DIR] [--repeat 3] [--target 15]
@@ -23,7 +25,7 @@ from pathlib import Path
 from report import compare_captures  # this folder's report.py (the script's folder is on sys.path)
 
 from simhpc.costs.calibration_file import Calibration, load_calibration
-from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips
+from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import read_trace
 
 HERE = Path(__file__).resolve().parent
@@ -49,9 +51,8 @@ def _shared_core_line(probes: dict) -> str:
             f"(L1 probe over {probe['slowdown_threshold']}x its fastest)")
 
 
-def _trips(path: Path) -> str:
+def _trips(readings: list[float] | None) -> str:
     """The cores' round trips a capture recorded before and after its steps."""
-    readings = capture_round_trips(read_trace(path))
     return " / ".join(f"{value * 1e9:.0f} ns" for value in readings) if readings else "-"
 
 
@@ -83,18 +84,24 @@ def main() -> None:
              "| cores' round trip | meets target |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
+    calibration_trip, far = calibration_round_trip(cal), []
     for path, threads, _, result in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
+        trips = capture_round_trips(read_trace(path))
+        warning = distance_warning(trips, calibration_trip, threads)
+        if warning:
+            far.append(f"{path.name.split('.')[0]}: {warning}")
         step, gemm = result.step_error_pct, result.kinds.get("gemm", {})
         mape = gemm.get("mape_pct")
         meets = step is not None and abs(step) <= args.target and (mape is None or mape <= args.target)
         misses += not meets
         lines.append(f"| {path.name.split('.')[0]} | {threads} | {result.measured_step_s * 1e3:.1f} ms | "
                      f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | {_pct(mape)} | "
-                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(path)} | {'yes' if meets else 'no'} |")
+                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(trips)} | {'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
                  f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
                  + _shared_core_line(cal.data.get("probes") or {}) + _trip_line(cal))
     lines.extend(f"calibrate {line}" for line in warnings)
+    lines.extend(far)
     report = "\n".join(lines)
     (out / "report.md").write_text(report + "\n", encoding="utf-8")
     print(report)
