@@ -930,7 +930,7 @@ def test_microbench_measures_the_few_points_read_on_a_shared_core_again(monkeypa
     from simhpc.costs.benchsuite import load_submodule
 
     runner, latency = load_submodule("runner"), load_submodule("latency")
-    readings = iter([4e-9] + [2e-9] * 9 + [2.1e-9, 2.05e-9])  # a shared; a's retake: its check, its row's
+    readings = iter([4e-9] + [2e-9] * 8 + [5e-9] + [2.1e-9, 2.05e-9] * 2)  # a and j shared; retakes: check, row
     monkeypatch.setattr(latency, "measure_l1_probe", lambda l1_bytes: next(readings))
     order: list[str] = []
 
@@ -938,12 +938,14 @@ def test_microbench_measures_the_few_points_read_on_a_shared_core_again(monkeypa
         order.append(name)
         return {"time_s": 1.0 / order.count(name)}
 
-    tasks = [runner.Task("framework", f"op 1t {name}", lambda name=name: point(name)) for name in "abcdefghij"]
-    result = runner.run(tasks, l1_bytes=32768)
-    assert order == [*"abcdefghij", "a"]
+    tasks = [runner.Task("framework", f"op 1t {name}", lambda name=name: point(name)) for name in "abcdefghi"]
+    chase = runner.Task("latency", "pointer chase j", lambda: {"latency_s": 2e-9 / (1 + order.count("j"))})
+    result = runner.run([*tasks, chase], l1_bytes=32768)
+    assert order == [*"abcdefghi", "a"]
     row = result["kernels"]["framework"][0]
     assert row["time_s"] == 0.5 and row["rounds"] == 2 and row["l1_probe_s"] == 2.1e-9
-    assert result["probes"]["L1 probe"]["retaken"] == 1 and result["probes"]["L1 probe"]["shared_points"] == 1
+    assert result["kernels"]["latency"][0]["latency_s"] == 2e-9  # a pointer chase's row: latency_s (never faster)
+    assert result["probes"]["L1 probe"]["retaken"] == 2 and result["probes"]["L1 probe"]["shared_points"] == 2
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

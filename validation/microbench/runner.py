@@ -385,6 +385,11 @@ RETAKE_DEFERRALS = 3
 one planned repeat (far spells last seconds to minutes) before it is measured anyway."""
 
 
+def _seconds(row: dict[str, Any]) -> float:
+    """A row's measured seconds: ``time_s``, or a pointer chase's ``latency_s``."""
+    return row["time_s"] if "time_s" in row else row["latency_s"]
+
+
 def _first_round_end(tasks: list[Task]) -> int:
     """Index of the first repeat in ``tasks``, or, where there is none, after the last point (the
     trailing probes stay last)."""
@@ -453,7 +458,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         elif task.again:
             kept = first[task.label]
             rounds = kept.get("rounds", 1) + 1
-            if row["time_s"] < kept["time_s"]:
+            if _seconds(row) < _seconds(kept):
                 kept.clear()
                 kept.update(row)
             kept["rounds"] = rounds
