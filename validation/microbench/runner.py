@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import math
 import re
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,6 +30,7 @@ from . import (
     timing,
 )
 from .timing import FULL, QUICK, Budget
+from .watches import L1Watch, PeerWatch
 
 SUITE_VERSION = 30
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
@@ -283,95 +282,6 @@ def _pace(elapsed: float, done: int, total: int, deadline_s: float) -> float:
     if projected <= target:
         return 1.0
     return max(PACE_FLOOR, (target - elapsed) / max(projected - elapsed, 1e-9))
-
-
-SHARED_L1_SLOWDOWN = 1.3
-"""An L1 probe reading this many times the run's fastest: another hardware thread shares the core's
-L1 (:func:`~.latency.measure_l1_probe`) while the point after it is measured."""
-SHARED_RETAKE_SHARE = 0.2
-"""The share of a run's points read on a shared core up to which they are measured again (the
-faster kept): the core was shared now and then, and the calibration is of its usual state (on the
-EPYC Zen 4 guest 37-202 of about 2100 1-thread points, a median 0-17 % slower than the committed
-file's, against 0-1.5 % for the others). Above it the core is shared most of the time, and the
-points are kept as measured: re-measuring them and keeping the faster (the Xeon guest of session
-14, about 60 % of the points flagged) gave a calibration of the core alone, which predicted
-captures taken minutes later, mostly on a shared core, 5-25 % too fast."""
-
-
-class L1Watch:
-    """The L1 probe before every first-round point of a run: which were measured on a shared core."""
-
-    def __init__(self, l1_bytes: int) -> None:
-        self.l1_bytes = l1_bytes
-        self.samples: list[float] = []
-        self.readings: dict[str, float] = {}
-        """First-round label -> the reading before it."""
-
-    def probe(self) -> float:
-        """The L1 probe's reading now."""
-        reading = latency.measure_l1_probe(self.l1_bytes)
-        self.samples.append(reading)
-        return reading
-
-    def is_shared(self, reading: float | None) -> bool:
-        """Whether ``reading`` is over :data:`SHARED_L1_SLOWDOWN` x the run's fastest."""
-        return bool(self.samples) and reading is not None and reading > SHARED_L1_SLOWDOWN * min(self.samples)
-
-    def shared_labels(self) -> list[str]:
-        """The first-round points read on a shared core."""
-        return [label for label, reading in self.readings.items() if self.is_shared(reading)]
-
-    def retake_labels(self) -> list[str]:
-        """:meth:`shared_labels` where they are at most :data:`SHARED_RETAKE_SHARE` of the points, else none."""
-        shared = self.shared_labels()
-        return shared if len(shared) <= SHARED_RETAKE_SHARE * len(self.readings) else []
-
-    def summary(self, retaken: int) -> dict[str, Any]:
-        """The ``L1 probe`` entry of the calibration's probes: the first-round readings (``retaken``:
-        the shared points measured again)."""
-        ordered = sorted(self.readings.values())
-        return {"fastest_s": ordered[0], "median_s": statistics.median(ordered),
-                "p90_s": ordered[int(0.9 * (len(ordered) - 1))], "samples": len(ordered),
-                "shared_points": len(self.shared_labels()), "retaken": retaken,
-                "slowdown_threshold": SHARED_L1_SLOWDOWN}
-
-
-FAR_CORES = 2.0
-"""A round trip over this many times the run's fastest: the host ran the two vCPUs on distant cores
-while the point after it was measured (:func:`~.latency.quick_round_trip`: 55-75 ns near, 310-340
-ns far on the EPYC Zen 4 guest)."""
-
-
-class PeerWatch:
-    """The cores' round trip before every multi-thread point of a run: which were measured far apart."""
-
-    def __init__(self) -> None:
-        self.readings: dict[str, float] = {}
-        """First-round label -> the round trip read before it."""
-        self.fastest = math.inf
-        """The fastest reading so far."""
-
-    def probe(self) -> float:
-        """The round trip now."""
-        reading = latency.quick_round_trip()
-        self.fastest = min(self.fastest, reading)
-        return reading
-
-    def is_far(self, reading: float | None) -> bool:
-        """Whether ``reading`` is over :data:`FAR_CORES` x the run's fastest so far."""
-        return reading is not None and reading > FAR_CORES * self.fastest
-
-    def far_labels(self) -> list[str]:
-        """The first-round points whose reading was over :data:`FAR_CORES` x the run's fastest."""
-        return [label for label, reading in self.readings.items() if self.is_far(reading)]
-
-    def summary(self, retaken: int, kept: list[float]) -> dict[str, Any]:
-        """The ``round trip before points`` entry of the calibration's probes: ``retaken``, how many
-        far points were measured again in time; ``kept``, the readings before the kept measurements."""
-        ordered = sorted(self.readings.values())
-        return {"fastest_s": ordered[0], "median_s": statistics.median(ordered), "samples": len(ordered),
-                "far_points": len(self.far_labels()), "retaken": retaken,
-                "kept_far": sum(self.is_far(reading) for reading in kept), "far_threshold": FAR_CORES}
 
 
 def threads_of(label: str) -> int:

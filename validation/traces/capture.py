@@ -44,6 +44,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from simhpc.costs.benchsuite import MicrobenchError, load_submodule
+from simhpc.trace.core_distance import FAR_RATIO
 
 HERE = Path(__file__).resolve().parent
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
@@ -377,21 +378,17 @@ def _record_round_trips(raw: Path, readings: list[float]) -> None:
     raw.write_text(json.dumps(document), encoding="utf-8")
 
 
-FAR_CORES = 2.0
-"""A multi-thread capture whose cores' round trip read over this many times another's was taken with
-the cores farther apart: the other is kept, whichever ran faster."""
-
-
 def _better(new: Path, old: Path, threads: int) -> bool:
     """Whether capture ``new`` replaces ``old``: at 2 or more threads the one taken with the cores
-    nearer (round trips over :data:`FAR_CORES` x apart), else the faster median step. The min-of-N
-    rule picks the machine's usual state; where the host ran the vCPUs far apart, a step's small
-    multi-thread products took up to 3x longer, a cost no calibration point shares."""
+    nearer (round trips over ``FAR_RATIO`` x apart, as ``simhpc compare`` warns), else the faster
+    median step. The min-of-N rule picks the machine's usual state; where the host ran the vCPUs far
+    apart, a step's small multi-thread products took up to 3x longer, a cost no calibration point
+    shares."""
     (new_step, new_trip), (old_step, old_trip) = _facts(new), _facts(old)
     if threads > 1 and new_trip is not None and old_trip is not None:
-        if new_trip > FAR_CORES * old_trip:
+        if new_trip > FAR_RATIO * old_trip:
             return False
-        if old_trip > FAR_CORES * new_trip:
+        if old_trip > FAR_RATIO * new_trip:
             return True
     return new_step < old_step
 
