@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -203,32 +204,42 @@ double clock_probe(long iters, int chunks) {
 
 /* ---- round trip of a cache line between two cores ---------------------------------- */
 
-/* Two OpenMP threads hand a counter back and forth through one cache line `trips` times (thread 0
- * writes odd values, thread 1 answers with the next even one): thread 0's elapsed seconds, or -1
- * when the runtime gave fewer than two threads. What a fork, a barrier or a shared queue costs
- * per hand-over between the cores the OS put the threads on. */
+/* Two threads hand a counter back and forth through one cache line `trips` times (this one writes
+ * odd values, a thread started for the purpose answers with the next even one): this thread's
+ * elapsed seconds, or -1 when the second thread could not be started. What a fork, a barrier or a
+ * shared queue costs per hand-over between the cores the OS put the threads on. A plain pthread,
+ * joined at the end, not an OpenMP team: an OpenMP runtime's idle worker spins on after the region
+ * (about 10 ms of CPU here), and the multi-thread point measured right after the probe shared a
+ * core with it (on 2 vCPUs its calls then waited for 4 ms scheduler ticks). */
+struct peer { _Atomic long *flag; long trips; };
+
+enum { PEER_WARMUP = 1000 };  /* untimed trips first: the second thread settles on its core */
+
+static void *peer_answer(void *arg) {
+    struct peer *peer = arg;
+    for (long i = 0; i < PEER_WARMUP + peer->trips; i++) {
+        while (atomic_load_explicit(peer->flag, memory_order_acquire) != 2 * i + 1) {
+        }
+        atomic_store_explicit(peer->flag, 2 * i + 2, memory_order_release);
+    }
+    return NULL;
+}
+
 double peer_round_trip(long trips) {
     static _Atomic long flag __attribute__((aligned(64)));
-    double elapsed = -1.0;
+    struct peer peer = {&flag, trips};
+    pthread_t other;
     atomic_store(&flag, 0);
-#pragma omp parallel num_threads(2)
-    if (omp_get_num_threads() == 2) {
-        if (omp_get_thread_num() == 0) {
-            double t0 = now();
-            for (long i = 0; i < trips; i++) {
-                atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
-                while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {
-                }
-            }
-            elapsed = now() - t0;
-        } else {
-            for (long i = 0; i < trips; i++) {
-                while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) {
-                }
-                atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
-            }
+    if (pthread_create(&other, NULL, peer_answer, &peer) != 0) return -1.0;
+    double t0 = 0.0;
+    for (long i = 0; i < PEER_WARMUP + trips; i++) {
+        if (i == PEER_WARMUP) t0 = now();
+        atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {
         }
     }
+    double elapsed = now() - t0;
+    pthread_join(other, NULL);
     return elapsed;
 }
 
