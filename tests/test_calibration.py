@@ -877,27 +877,6 @@ def test_microbench_measures_points_taken_with_the_cores_far_apart_again(monkeyp
     assert "round trip before points" not in runner.run([alone])["probes"]
 
 
-def test_microbench_first_round_measures_single_thread_points_while_the_cores_are_far(monkeypatch) -> None:
-    """A first-round multi-thread point read far apart waits, once, behind the rest of the round
-    while single-thread points are left; then it is measured with the round trip read again."""
-    from simhpc.costs.benchsuite import load_submodule
-
-    runner, latency = load_submodule("runner"), load_submodule("latency")
-    readings = iter([60e-9, 300e-9, 320e-9, 58e-9, 330e-9, 57e-9])  # a; b, e far; b near; e far; e's retake
-    monkeypatch.setattr(latency, "quick_round_trip", lambda: next(readings))
-    order: list[str] = []
-
-    def point(name: str) -> dict:
-        order.append(name)
-        return {"time_s": 1.0 / order.count(name)}
-
-    threads = {"a": 2, "b": 2, "c": 1, "e": 2, "d": 1}
-    tasks = [runner.Task("gemm", f"{threads[name]}t {name}", lambda name=name: point(name)) for name in "abced"]
-    rows = runner.run(tasks, round_trips=True)["kernels"]["gemm"]
-    assert order == ["a", "c", "d", "b", "e", "e"]  # e measured far (no single-thread point left), then retaken
-    assert [row["round_trip_s"] for row in rows if "round_trip_s" in row] == [60e-9, 58e-9, 57e-9]
-
-
 def test_microbench_retake_still_far_waits_behind_a_planned_repeat(monkeypatch) -> None:
     """A retake whose probe still reads the cores far apart is put back behind one planned repeat
     (RETAKE_DEFERRALS times at most), and measured anyway once no planned repeat is left."""

@@ -322,9 +322,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     point's row (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`)
     before every multi-thread point, kept in its row (``round_trip_s``).
 
-    In the first round, a multi-thread point read with the cores far apart waits, once, behind the
-    rest of the round while single-thread points (which the distance does not slow) are left.
-    After it, the points read with the cores far apart, and those read on a shared
+    After the first round, the points read with the cores far apart, and those read on a shared
     core (:meth:`L1Watch.retake_labels`), are measured once more, before and instead of their
     planned repeats; a retake whose probe still reads far (or shared) waits behind a planned
     repeat, up to :data:`RETAKE_DEFERRALS` times. The faster measurement is kept, as for every
@@ -389,23 +387,11 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
 
     boundary = _first_round_end(tasks)
     first_round = tasks[:boundary]
-    queue = deque((task, False) for task in first_round)
-    single = sum(1 for task in first_round if threads_of(task.label) == 1)  # single-thread points left
-    done = 0
     timing.set_pace(1.0)
-    while queue:
-        task, deferred = queue.popleft()
-        readings: dict[str, float] = {}
-        if peers is not None and task.section != "probes" and threads_of(task.label) > 1:
-            readings["round_trip_s"] = peers.probe()
-            if single and not deferred and peers.is_far(readings["round_trip_s"]):
-                queue.append((task, True))  # behind every single-thread point left
-                continue
+    for done, task in enumerate(first_round):
         if deadline_s is not None and done >= len(first_round) // 10:
             timing.set_pace(_pace(time.perf_counter() - start, done, len(first_round), deadline_s))
-        measure(task, readings)
-        done += 1
-        single -= threads_of(task.label) == 1
+        measure(task)
     timing.set_pace(1.0)
     first_round_s = time.perf_counter() - start
     far = set(peers.far_labels()) if peers is not None else set()
