@@ -91,8 +91,8 @@ def _round_trip_burst(trips: int) -> float:
 
 
 def quick_round_trip(bursts: int = 5, trips: int = 2000) -> float:
-    """The cores' round trip now: the median of ``bursts`` back-to-back bursts of ``trips`` (about a
-    millisecond while the cores are near, five while far). Taken before every multi-thread point of a
+    """The cores' round trip now: the median of ``bursts`` back-to-back bursts of ``trips`` (about
+    1.4 ms while the cores are near, five while far). Taken before every multi-thread point of a
     calibration and around every capture: on the 2-core EPYC Zen 4 guest a 2-thread 64 x 4096 x 10
     product took 125-150 us while it read 55-75 ns, 280-370 us while it read 310-340 ns (a 512^3
     product 1.33 against 1.40 ms; at 1 thread both the same)."""

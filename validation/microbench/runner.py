@@ -44,7 +44,7 @@ class Task:
 
     ``again``: a repeat of an earlier task with this label (a later round): the faster of the
     two measurements is kept, with ``rounds`` counting them. ``retake``: a repeat :func:`run` adds
-    for a point measured with the cores far apart, in place of any planned one.
+    for a point measured with the cores far apart or on a shared core, in place of any planned one.
     """
 
     section: str
