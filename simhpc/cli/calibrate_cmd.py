@@ -157,8 +157,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
 
             left = None if quick else DEADLINE_S - (time.perf_counter() - start)
             l1 = next((cache.size for cache in host.caches if cache.name == "L1D"), None)
-            peers = host.cores > 1 and sys.modules[f"{suite.__name__}.latency"].two_cpus_available()
-            results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1, round_trips=peers)
+            results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1,
+                                round_trips=suite.peers_available(host.cores))
     except RuntimeError as error:  # BuildError, missing threadpoolctl, a kernel that failed
         raise MicrobenchError(f"calibration failed: {error}") from None
     wall = time.perf_counter() - start

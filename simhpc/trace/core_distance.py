@@ -3,7 +3,7 @@
 On 2-core KVM guests the host runs the two vCPUs on near or on distant cores for seconds at a time:
 a cache line's round trip between them read 55-75 ns or 310-340 ns on the EPYC Zen 4 guest, and a
 2-thread product of a small classifier head (64 x 4096 x 10) took 125-150 us or 280-370 us with it,
-while a 512^3 product moved 5 %. A trace cannot show this; ``validation/traces/capture.py`` records
+while a 512^3 product moved 4 %. A trace cannot show this; ``validation/traces/capture.py`` records
 the round trip before and after the profiled steps (``simhpc_capture.peer_round_trip_s``) and
 ``simhpc calibrate`` before every multi-thread point, so ``simhpc compare`` can say when a trace's
 multi-thread ops ran with the cores farther apart than its calibration's did.

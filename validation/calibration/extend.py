@@ -60,7 +60,7 @@ def main() -> None:
         sys.exit(f"error: no task label starts with {' or '.join(map(repr, args.only))}")
     start = time.perf_counter()
     # this machine's speed drifts: the fastest of N rounds, multi-thread points read far apart measured again
-    peers = host.cores > 1 and runner.latency.two_cpus_available()
+    peers = runner.peers_available(host.cores)
     measured = fastest_rows(runner.run(tasks, round_trips=peers)["kernels"] for _ in range(max(1, args.rounds)))
     wall = time.perf_counter() - start
     kernels = {section: list(rows) for section, rows in calibration.data["kernels"].items()

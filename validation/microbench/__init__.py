@@ -5,9 +5,10 @@ Python drivers time real kernels: GEMM through numpy's BLAS and torch's (:mod:`.
 bandwidth, pointer-chase latency, the AMR stencil and hash-table probes. Every point gets
 warm-up calls and repeated samples; the median and spread are recorded (:mod:`.timing`).
 ``simhpc calibrate`` loads this folder by path (``simhpc.costs.benchsuite``) and calls
-:func:`.runner.plan` and :func:`.runner.run`.
+:func:`.runner.plan` and :func:`.runner.run` (:func:`.runner.peers_available`: whether its round-trip
+probe can run here).
 """
 
-from .runner import SUITE_VERSION, Task, plan, run
+from .runner import SUITE_VERSION, Task, peers_available, plan, run
 
-__all__ = ["SUITE_VERSION", "Task", "plan", "run"]
+__all__ = ["SUITE_VERSION", "Task", "peers_available", "plan", "run"]

@@ -67,6 +67,12 @@ def _threads_list(cores: int) -> list[int]:
     return [1] if cores <= 1 else [1, cores]
 
 
+def peers_available(cores: int) -> bool:
+    """Whether the cores' round trip can be probed: a machine of ``cores`` > 1 on which this process
+    may run on two CPUs (:func:`~.latency.two_cpus_available`)."""
+    return cores > 1 and latency.two_cpus_available()
+
+
 def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequence[str] = ()) -> list[Task]:
     """Every point to measure: ``cores`` threads besides 1; pointer chase up to 4 x ``llc_bytes``;
     ``native_half``: the 16-bit types the CPU computes natively (more product sizes for them)."""
@@ -76,7 +82,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     repeats = 3
     tasks.append(Task("probes", "clock", partial(latency.measure_clock)))
     tasks.append(Task("probes", "fma", partial(latency.measure_fma)))
-    peers = cores > 1 and latency.two_cpus_available()
+    peers = peers_available(cores)
     if peers:
         tasks.append(Task("probes", "peer round trip", partial(latency.measure_peer_round_trip)))
     for blas in gemm.backends():

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from report import compare_captures  # this folder's report.py (the script's folder is on sys.path)
 
-from simhpc.costs.calibration_file import Calibration, load_calibration
+from simhpc.costs.calibration_file import load_calibration
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import read_trace
 
@@ -56,9 +56,8 @@ def _trips(readings: list[float] | None) -> str:
     return " / ".join(f"{value * 1e9:.0f} ns" for value in readings) if readings else "-"
 
 
-def _trip_line(cal: Calibration) -> str:
+def _trip_line(reading: float | None) -> str:
     """The cores' round trip while the calibration's multi-thread points were measured, if probed."""
-    reading = calibration_round_trip(cal)
     return "" if reading is None else f"; cores' round trip {reading * 1e9:.0f} ns in the calibration"
 
 
@@ -99,7 +98,7 @@ def main() -> None:
                      f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(trips)} | {'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
                  f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
-                 + _shared_core_line(cal.data.get("probes") or {}) + _trip_line(cal))
+                 + _shared_core_line(cal.data.get("probes") or {}) + _trip_line(calibration_trip))
     lines.extend(f"calibrate {line}" for line in warnings)
     lines.extend(far)
     report = "\n".join(lines)
