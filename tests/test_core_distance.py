@@ -36,12 +36,15 @@ def test_capture_round_trips_are_read_and_checked() -> None:
             capture_round_trips(parse_trace(_trace(bad)))
 
 
-def test_calibration_round_trip_prefers_the_readings_before_its_points() -> None:
+def test_calibration_round_trip_is_the_median_its_kept_points_read() -> None:
+    """The median of the rows' ``round_trip_s`` (the readings before the measurements kept), else
+    the probe at the start of the run, else None."""
     cal = load_calibration(HOST)
     start = cal.data["probes"]["peer round trip"]["round_trip_s"]
-    assert calibration_round_trip(cal) == start
-    probes = {**cal.data["probes"], "round trip before points": {"median_s": 61e-9, "fastest_s": 55e-9}}
-    assert calibration_round_trip(replace(cal, data={**cal.data, "probes": probes})) == 61e-9
+    assert calibration_round_trip(cal) == start  # a file without readings before its points
+    rows = [{"threads": 2, "time_s": 1.0, "round_trip_s": reading} for reading in (60e-9, 61e-9, 330e-9)]
+    read = {**cal.data["kernels"], "extra": rows}
+    assert calibration_round_trip(replace(cal, data={**cal.data, "kernels": read})) == 61e-9
     assert calibration_round_trip(replace(cal, data={**cal.data, "probes": {}})) is None
 
 

@@ -12,6 +12,7 @@ multi-thread ops ran with the cores farther apart than its calibration's did.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from simhpc.costs.calibration_file import Calibration
@@ -42,13 +43,16 @@ def capture_round_trips(trace: Trace) -> list[float] | None:
 
 
 def calibration_round_trip(cal: Calibration) -> float | None:
-    """The cores' round trip while ``cal`` was measured: the median of the readings before its
-    multi-thread points, else its probe at the start of the run; None where it has neither."""
-    probes = cal.data.get("probes") or {}
-    for name, reading in (("round trip before points", "median_s"), ("peer round trip", "round_trip_s")):
-        probe = probes.get(name)
-        if isinstance(probe, dict) and _round_trip(probe.get(reading)):
-            return float(probe[reading])
+    """The cores' round trip while ``cal``'s multi-thread points were measured: the median of the
+    readings its kept rows record (``round_trip_s``; a merged file keeps each point's own), else its
+    probe at the start of the run; None where it has neither."""
+    kept = [row["round_trip_s"] for rows in cal.data["kernels"].values() for row in rows
+            if _round_trip(row.get("round_trip_s"))]
+    if kept:
+        return float(statistics.median(kept))
+    probe = (cal.data.get("probes") or {}).get("peer round trip")
+    if isinstance(probe, dict) and _round_trip(probe.get("round_trip_s")):
+        return float(probe["round_trip_s"])
     return None
 
 
