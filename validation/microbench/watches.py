@@ -28,19 +28,20 @@ class L1Watch:
 
     def __init__(self, l1_bytes: int) -> None:
         self.l1_bytes = l1_bytes
-        self.samples: list[float] = []
         self.readings: dict[str, float] = {}
         """First-round label -> the reading before it."""
+        self.fastest = math.inf
+        """The fastest reading so far."""
 
     def probe(self) -> float:
         """The L1 probe's reading now."""
         reading = latency.measure_l1_probe(self.l1_bytes)
-        self.samples.append(reading)
+        self.fastest = min(self.fastest, reading)
         return reading
 
     def is_shared(self, reading: float | None) -> bool:
-        """Whether ``reading`` is over :data:`SHARED_L1_SLOWDOWN` x the run's fastest."""
-        return bool(self.samples) and reading is not None and reading > SHARED_L1_SLOWDOWN * min(self.samples)
+        """Whether ``reading`` is over :data:`SHARED_L1_SLOWDOWN` x the run's fastest so far."""
+        return reading is not None and reading > SHARED_L1_SLOWDOWN * self.fastest
 
     def shared_labels(self) -> list[str]:
         """The first-round points read on a shared core."""
