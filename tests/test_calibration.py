@@ -929,10 +929,26 @@ def test_microbench_measures_the_few_points_read_on_a_shared_core_again(monkeypa
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_microbench_l1_probe_reads_an_l1_hit() -> None:
-    """Over three quarters of a 32 KiB L1: a few nanoseconds a load, not DRAM's hundred."""
+    """Over three quarters of a 32 KiB L1: a few nanoseconds a load, not DRAM's hundred, on the
+    calling core and on every core (a thread bound to each)."""
     from simhpc.costs.benchsuite import load_submodule
 
-    assert 2e-10 < load_submodule("latency").measure_l1_probe(32768) < 3e-8
+    latency = load_submodule("latency")
+    assert 2e-10 < latency.measure_l1_probe(32768) < 3e-8
+    assert 2e-10 < latency.measure_l1_probes(32768) < 3e-8
+
+
+def test_microbench_multi_thread_points_take_every_cores_l1_probe(monkeypatch) -> None:
+    """Before a multi-thread point the L1 watch reads the slowest core's probe (its threads wait for
+    it), before a single-thread point the calling core's."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner, latency = load_submodule("runner"), load_submodule("latency")
+    monkeypatch.setattr(latency, "measure_l1_probe", lambda l1_bytes: 2e-9)
+    monkeypatch.setattr(latency, "measure_l1_probes", lambda l1_bytes: 5e-9)
+    tasks = [runner.Task("gemm", label, lambda: {"time_s": 1.0}) for label in ("x 1t a", "x 2t b")]
+    rows = runner.run(tasks, l1_bytes=32768)["kernels"]["gemm"]
+    assert [row["l1_probe_s"] for row in rows] == [2e-9, 5e-9]
 
 
 def test_microbench_larger_16bit_products_only_where_the_cpu_computes_them() -> None:

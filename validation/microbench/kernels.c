@@ -6,9 +6,11 @@
  * Threaded kernels use OpenMP with an explicit thread count; like most runtimes (PyTorch's
  * grain size is 32768 elements) they run arrays smaller than GRAIN on one thread.
  */
+#define _GNU_SOURCE /* pthread_setaffinity_np, CPU_SET */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -174,6 +176,28 @@ double chase_latency(long nbytes, long steps, uint64_t seed) {
     (void)sink;
     free(lines);
     return dt / (double)steps;
+}
+
+/* chase_latency on a thread bound to CPU `cpu` (the L1 probe of another core than the caller's):
+ * -1 when the thread could not be started or bound. */
+struct chase_job { int cpu; long nbytes; long steps; uint64_t seed; double result; };
+
+static void *chase_bound(void *arg) {
+    struct chase_job *job = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(job->cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0)
+        job->result = chase_latency(job->nbytes, job->steps, job->seed);
+    return NULL;
+}
+
+double chase_latency_on(int cpu, long nbytes, long steps, uint64_t seed) {
+    struct chase_job job = {cpu, nbytes, steps, seed, -1.0};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, chase_bound, &job) != 0) return -1.0;
+    pthread_join(thread, NULL);
+    return job.result;
 }
 
 /* ---- core clock and FMA throughput ------------------------------------------------- */

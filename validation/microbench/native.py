@@ -39,6 +39,7 @@ SIGNATURES: dict[str, tuple[object, ...]] = {
     "bw_copy": (_F, _F, _L, _I, _I),
     "bw_triad": (_F, _F, _F, _L, _I, _I),
     "chase_latency": (_L, _L, _U),
+    "chase_latency_on": (_I, _L, _L, _U),
     "clock_probe": (_L, _I),
     "peer_round_trip": (_L,),
     "fma_probe": (_L, _I, ctypes.POINTER(_I)),

@@ -355,7 +355,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         readings = dict(readings or {})
         point = task.section != "probes"
         if watch is not None and point and (task.retake or not task.again) and "l1_probe_s" not in readings:
-            readings["l1_probe_s"] = watch.probe()
+            readings["l1_probe_s"] = watch.probe(threads_of(task.label))
         if peers is not None and point and threads_of(task.label) > 1 and "round_trip_s" not in readings:
             readings["round_trip_s"] = peers.probe()
         if not task.again:
@@ -386,7 +386,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         if peers is not None and label in far:
             readings["round_trip_s"] = peers.probe()
         if watch is not None and label in shared:
-            readings["l1_probe_s"] = watch.probe()
+            readings["l1_probe_s"] = watch.probe(threads_of(label))
         suspect = ((peers is not None and peers.is_far(readings.get("round_trip_s")))
                    or (watch is not None and watch.is_shared(readings.get("l1_probe_s"))))
         return suspect, readings

@@ -33,9 +33,11 @@ class L1Watch:
         self.fastest = math.inf
         """The fastest reading so far."""
 
-    def probe(self) -> float:
-        """The L1 probe's reading now."""
-        reading = latency.measure_l1_probe(self.l1_bytes)
+    def probe(self, threads: int = 1) -> float:
+        """The L1 probe's reading now: of the calling core, or for a point on ``threads`` > 1 the
+        slowest of every core's (:func:`~.latency.measure_l1_probes`)."""
+        probe = latency.measure_l1_probes if threads > 1 else latency.measure_l1_probe
+        reading = probe(self.l1_bytes)
         self.fastest = min(self.fastest, reading)
         return reading
 
