@@ -387,8 +387,8 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
             readings["round_trip_s"] = peers.probe()
         if watch is not None and label in shared:
             readings["l1_probe_s"] = watch.probe(threads_of(label))
-        suspect = ((peers is not None and peers.is_far(readings.get("round_trip_s")))
-                   or (watch is not None and watch.is_shared(readings.get("l1_probe_s"))))
+        suspect = ((peers is not None and peers.is_slow(readings.get("round_trip_s")))
+                   or (watch is not None and watch.is_slow(readings.get("l1_probe_s"))))
         return suspect, readings
 
     boundary = _first_round_end(tasks)
@@ -400,7 +400,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         measure(task)
     timing.set_pace(1.0)
     first_round_s = time.perf_counter() - start
-    far = set(peers.far_labels()) if peers is not None else set()
+    far = set(peers.slow_labels()) if peers is not None else set()
     shared = set(watch.retake_labels()) if watch is not None else set()
     waiting = deque((replace(task, again=True, retake=True), 0) for task in first_round
                     if task.label in far or task.label in shared)

@@ -23,35 +23,50 @@ points are kept as measured: re-measuring them and keeping the faster (the Xeon 
 captures taken minutes later, mostly on a shared core, 5-25 % too fast."""
 
 
-class L1Watch:
-    """The L1 probe before every first-round point of a run: which were measured on a shared core."""
+class Watch:
+    """A probe read before points: the first-round points' readings and the fastest reading so far,
+    and which points read over ``slowdown`` x that fastest."""
 
-    def __init__(self, l1_bytes: int) -> None:
-        self.l1_bytes = l1_bytes
+    slowdown: float
+
+    def __init__(self) -> None:
         self.readings: dict[str, float] = {}
         """First-round label -> the reading before it."""
         self.fastest = math.inf
         """The fastest reading so far."""
 
+    def _seen(self, reading: float) -> float:
+        self.fastest = min(self.fastest, reading)
+        return reading
+
+    def is_slow(self, reading: float | None) -> bool:
+        """Whether ``reading`` is over ``slowdown`` x the run's fastest so far."""
+        return reading is not None and reading > self.slowdown * self.fastest
+
+    def slow_labels(self) -> list[str]:
+        """The first-round points whose reading was slow (:meth:`is_slow`)."""
+        return [label for label, reading in self.readings.items() if self.is_slow(reading)]
+
+
+class L1Watch(Watch):
+    """The L1 probe before every first-round point of a run: which were measured on a shared core."""
+
+    slowdown = SHARED_L1_SLOWDOWN
+
+    def __init__(self, l1_bytes: int) -> None:
+        super().__init__()
+        self.l1_bytes = l1_bytes
+
     def probe(self, threads: int = 1) -> float:
         """The L1 probe's reading now: of the calling core, or for a point on ``threads`` > 1 the
         slowest of every core's (:func:`~.latency.measure_l1_probes`)."""
         probe = latency.measure_l1_probes if threads > 1 else latency.measure_l1_probe
-        reading = probe(self.l1_bytes)
-        self.fastest = min(self.fastest, reading)
-        return reading
-
-    def is_shared(self, reading: float | None) -> bool:
-        """Whether ``reading`` is over :data:`SHARED_L1_SLOWDOWN` x the run's fastest so far."""
-        return reading is not None and reading > SHARED_L1_SLOWDOWN * self.fastest
-
-    def shared_labels(self) -> list[str]:
-        """The first-round points read on a shared core."""
-        return [label for label, reading in self.readings.items() if self.is_shared(reading)]
+        return self._seen(probe(self.l1_bytes))
 
     def retake_labels(self) -> list[str]:
-        """:meth:`shared_labels` where they are at most :data:`SHARED_RETAKE_SHARE` of the points, else none."""
-        shared = self.shared_labels()
+        """The points read on a shared core where they are at most :data:`SHARED_RETAKE_SHARE` of
+        the points, else none."""
+        shared = self.slow_labels()
         return shared if len(shared) <= SHARED_RETAKE_SHARE * len(self.readings) else []
 
     def summary(self, retaken: int) -> dict[str, Any]:
@@ -60,7 +75,7 @@ class L1Watch:
         ordered = sorted(self.readings.values())
         return {"fastest_s": ordered[0], "median_s": statistics.median(ordered),
                 "p90_s": ordered[int(0.9 * (len(ordered) - 1))], "samples": len(ordered),
-                "shared_points": len(self.shared_labels()), "retaken": retaken,
+                "shared_points": len(self.slow_labels()), "retaken": retaken,
                 "slowdown_threshold": SHARED_L1_SLOWDOWN}
 
 
@@ -70,33 +85,19 @@ while the point after it was measured (:func:`~.latency.quick_round_trip`: 55-75
 ns far on the EPYC Zen 4 guest)."""
 
 
-class PeerWatch:
+class PeerWatch(Watch):
     """The cores' round trip before every multi-thread point of a run: which were measured far apart."""
 
-    def __init__(self) -> None:
-        self.readings: dict[str, float] = {}
-        """First-round label -> the round trip read before it."""
-        self.fastest = math.inf
-        """The fastest reading so far."""
+    slowdown = FAR_CORES
 
     def probe(self) -> float:
         """The round trip now."""
-        reading = latency.quick_round_trip()
-        self.fastest = min(self.fastest, reading)
-        return reading
-
-    def is_far(self, reading: float | None) -> bool:
-        """Whether ``reading`` is over :data:`FAR_CORES` x the run's fastest so far."""
-        return reading is not None and reading > FAR_CORES * self.fastest
-
-    def far_labels(self) -> list[str]:
-        """The first-round points whose reading was over :data:`FAR_CORES` x the run's fastest."""
-        return [label for label, reading in self.readings.items() if self.is_far(reading)]
+        return self._seen(latency.quick_round_trip())
 
     def summary(self, retaken: int, kept: list[float]) -> dict[str, Any]:
         """The ``round trip before points`` entry of the calibration's probes: ``retaken``, how many
         far points were measured again in time; ``kept``, the readings before the kept measurements."""
         ordered = sorted(self.readings.values())
         return {"fastest_s": ordered[0], "median_s": statistics.median(ordered), "samples": len(ordered),
-                "far_points": len(self.far_labels()), "retaken": retaken,
-                "kept_far": sum(self.is_far(reading) for reading in kept), "far_threshold": FAR_CORES}
+                "far_points": len(self.slow_labels()), "retaken": retaken,
+                "kept_far": sum(self.is_slow(reading) for reading in kept), "far_threshold": FAR_CORES}
