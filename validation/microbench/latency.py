@@ -130,7 +130,12 @@ def measure_l1_probes(l1_bytes: int, steps: int = 1 << 14) -> float:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > PEER_PROBE_CPUS:
         return measure_l1_probe(l1_bytes, steps)
-    readings = [library().chase_latency_on(cpu, _l1_probe_bytes(l1_bytes), steps, 4242) for cpu in cpus]
-    if min(readings) <= 0:
-        raise RuntimeError("the L1 probe could not run on every CPU")
-    return max(readings)
+    return max(measure_l1_probe_on(cpu, l1_bytes, steps) for cpu in cpus)
+
+
+def measure_l1_probe_on(cpu: int, l1_bytes: int, steps: int = 1 << 14) -> float:
+    """:func:`measure_l1_probe` on a thread bound to CPU ``cpu``."""
+    reading = library().chase_latency_on(cpu, _l1_probe_bytes(l1_bytes), steps, 4242)
+    if reading <= 0:
+        raise RuntimeError(f"the L1 probe could not run on CPU {cpu}")
+    return reading
