@@ -1282,7 +1282,7 @@ def test_the_validation_report_times_a_bare_capture_at_the_count_compare_infers(
     report = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(report)  # type: ignore[union-attr]
     captures = [_without_thread_count(_capture(name), tmp_path) for name in ("mlp_t1", "mlp_t2")]
-    counts = [threads for _, threads, _, _ in report.compare_captures(load_calibration(CALIBRATION), captures)]
+    counts = [threads for _, threads, *_ in report.compare_captures(load_calibration(CALIBRATION), captures)]
     assert counts == [1, 2]
 
 

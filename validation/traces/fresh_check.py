@@ -26,7 +26,6 @@ from report import compare_captures  # this folder's report.py (the script's fol
 
 from simhpc.costs.calibration_file import load_calibration
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
-from simhpc.trace.readers import read_trace
 
 HERE = Path(__file__).resolve().parent
 
@@ -84,8 +83,8 @@ def main() -> None:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
     calibration_trip, far = calibration_round_trip(cal), []
-    for path, threads, _, result in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
-        trips = capture_round_trips(read_trace(path))
+    for path, threads, _, result, trace in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
+        trips = capture_round_trips(trace)
         warning = distance_warning(trips, calibration_trip, threads)
         if warning:
             far.append(f"{path.name.split('.')[0]}: {warning}")

@@ -19,16 +19,16 @@ from simhpc.costs.calibration_file import Calibration, host_specs, load_calibrat
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
 from simhpc.trace.compare import Comparison, compare_trace, default_blas
-from simhpc.trace.readers import read_trace
+from simhpc.trace.readers import Trace, read_trace
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 
 HERE = Path(__file__).resolve().parent
 
 
 def compare_captures(cal: Calibration, captures: Iterable[Path], blas: str | None = None,
-                     cache: str = "cold") -> Iterator[tuple[Path, int, str, Comparison]]:
-    """(capture, threads, BLAS, comparison) of every capture against ``cal``: at the capture's
-    recorded thread count (without one, the count ``simhpc compare`` infers, else all the host's
+                     cache: str = "cold") -> Iterator[tuple[Path, int, str, Comparison, Trace]]:
+    """(capture, threads, BLAS, comparison, the trace read) of every capture against ``cal``: at the
+    capture's recorded thread count (without one, the count ``simhpc compare`` infers, else all the host's
     cores), with ``simhpc compare``'s BLAS unless ``blas`` is given."""
     cpu, _ = host_specs(cal)
     models: dict[str, CostModel] = {}
@@ -39,7 +39,7 @@ def compare_captures(cal: Calibration, captures: Iterable[Path], blas: str | Non
             models[chosen] = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
         threads = trace.metadata.get("num_threads") or infer_threads(
             trace, models[chosen], cpu, calibrated_thread_counts(cal)) or cal.host.cores
-        yield path, threads, chosen, compare_trace(trace, models[chosen], cpu, threads)
+        yield path, threads, chosen, compare_trace(trace, models[chosen], cpu, threads), trace
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def report() -> None:
         "| GEMM repeats | conv MAPE (ops) | ops modelled |"
     )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for path, threads, blas, result in compare_captures(cal, captures, args.blas, args.cache):
+    for path, threads, blas, result, _ in compare_captures(cal, captures, args.blas, args.cache):
         name = path.name.split(".")[0]
         step = "-" if result.step_error_pct is None else f"{result.step_error_pct:+.1f} %"
         cells = []
