@@ -112,11 +112,16 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         )
     if comparison.first_touch_step_s > 0:
         fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
+        if comparison.first_touch_basis == "memory events":
+            why = ("into pages no earlier allocation of the trace covered, by its memory events: the heap's "
+                   "growth and the blocks malloc maps on its own (in the ops' predictions)")
+        else:
+            why = ("tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' predictions; a large "
+                   "enough free chunk at the heap's top serves one without faults, as what the process freed "
+                   "before decides, which a trace without memory events does not record)")
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
-            f"{fresh} ops writing tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' "
-            "predictions; a large enough free chunk at the heap's top serves one without faults, as what the "
-            "process freed before decides, which a trace does not record)"
+            f"{fresh} ops writing {why}"
         )
     if comparison.activations_step_s > 0:
         convolutions = sum(1 for p in comparison.predictions if p.activations_s > 0)

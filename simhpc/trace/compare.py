@@ -28,6 +28,7 @@ from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions
 from simhpc.trace.framework_costs import cost_after, subtree_footprint
 from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
+from simhpc.trace.fresh_pages import fresh_writes_from_events
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops, outside_ops, uneven_steps
 from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OpRecord, Trace
@@ -114,6 +115,10 @@ class Comparison:
     cost; not in ``predicted_step_s``. What glibc's default settings expose a step to (a plain
     process's measured excess is of this order: validation/README.md); None where the trace records
     its allocator settings."""
+    first_touch_basis: str = "shapes"
+    """What said which pages are fresh: ``memory events`` (the trace's allocations,
+    :mod:`simhpc.trace.fresh_pages`) or ``shapes`` (blocks of 32 MiB or more,
+    :mod:`simhpc.trace.fresh_memory`)."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
@@ -175,6 +180,7 @@ class Comparison:
             "step_error_pct": self.step_error_pct,
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
+            "first_touch_basis": self.first_touch_basis,
             "conv_activations_s": self.activations_step_s,
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
@@ -328,13 +334,16 @@ def _call_gaps(trace: Trace, predictions: list[OpPrediction], model: CostModel) 
 
 
 def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int) -> None:
-    """Charge each op the page faults of the freshly mapped memory it writes first."""
+    """Charge each op the page faults of the freshly mapped memory it writes first: from the trace's
+    memory events where it has them (:mod:`simhpc.trace.fresh_pages`), else the blocks glibc maps
+    on their own, by the ops' shapes (:mod:`simhpc.trace.fresh_memory`)."""
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None:
         return
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     carrying = {p.op.index: p for p in predictions if p.op.index in kernels}
-    for index, nbytes in fresh_writes(trace, kernels).items():
+    fresh = fresh_writes_from_events(trace, kernels) if trace.memory else fresh_writes(trace, kernels)
+    for index, nbytes in fresh.items():
         prediction = carrying[index]
         prediction.first_touch_s = first_touch(nbytes, threads)
         prediction.predicted_s += prediction.first_touch_s
@@ -344,7 +353,8 @@ def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: 
                        steps: int) -> float | None:
     """Per step, the page faults of every heap block of 1 to 32 MiB if all were written fresh, for a
     trace that does not record its allocator settings (None for one that does, or without
-    page-fault points)."""
+    page-fault points). Its memory events cannot say either: the pages of a heap glibc trimmed come
+    back at the same addresses."""
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None or allocator_recorded(trace):
         return None
@@ -385,7 +395,9 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
         if borrowed:
             notes[OTHER_DTYPE] = borrowed
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
-                            outside_ops(trace), call_gaps, heap_faults, skipped_events=skipped, notes=notes)
+                            outside_ops(trace), call_gaps, heap_faults,
+                            first_touch_basis="memory events" if trace.memory else "shapes",
+                            skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:
         if p.kernel is not None:

@@ -30,6 +30,8 @@ whatever the settings; ``simhpc compare`` charges their page faults (``simhpc.tr
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gzip
 import json
 import os
@@ -332,20 +334,25 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
                     "malloc": {key: os.environ.get(key) for key in MALLOC_ENV}}),
     )
     before = cores_round_trip()
+    heap_end = None
     with prof:
-        for _ in range(steps + 2):
+        for step in range(steps + 2):
             x, y = batch()
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
             prof.step()
+            if step == 1:  # the wait and warm-up steps are done: recording starts
+                heap_end = program_break()
     after = cores_round_trip()
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(raw))
+        facts: dict[str, object] = {"heap_end": heap_end} if heap_end else {}
         if before is not None and after is not None:
-            _record_round_trips(raw, [before, after])
+            facts["peer_round_trip_s"] = [before, after]
+        _record(raw, facts)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists() and not _better(raw, target, threads):
             return target  # an earlier repeat ran faster, or with the cores nearer: keep it
@@ -370,11 +377,31 @@ def cores_round_trip() -> float | None:
         return None
 
 
-def _record_round_trips(raw: Path, readings: list[float]) -> None:
-    """Add the cores' round trips before and after the profiled steps to the exported trace's
-    ``simhpc_capture`` metadata (``peer_round_trip_s``), which ``simhpc compare`` reports."""
+def program_break() -> int | None:
+    """Where the process's heap ends now (``sbrk(0)``), or None where the C library does not say.
+    The trace records it (``heap_end``): this process ran other captures before, whose memory its
+    heap kept (``MALLOC_ENV``), so only heap pages above it are fresh to the trace
+    (``simhpc.trace.fresh_pages``)."""
+    name = ctypes.util.find_library("c")
+    try:
+        sbrk = ctypes.CDLL(name).sbrk if name else None
+    except (OSError, AttributeError):
+        return None
+    if sbrk is None:
+        return None
+    sbrk.argtypes, sbrk.restype = [ctypes.c_ssize_t], ctypes.c_void_p
+    end = sbrk(0)
+    return end if isinstance(end, int) and end > 0 else None
+
+
+def _record(raw: Path, facts: dict[str, object]) -> None:
+    """Add ``facts`` to the exported trace's ``simhpc_capture`` metadata: the cores' round trips
+    before and after the profiled steps (``peer_round_trip_s``, which ``simhpc compare`` reports)
+    and where the heap ended when recording began (``heap_end``)."""
+    if not facts:
+        return
     document = json.loads(raw.read_text(encoding="utf-8"))
-    document["simhpc_capture"]["peer_round_trip_s"] = readings
+    document["simhpc_capture"].update(facts)
     raw.write_text(json.dumps(document), encoding="utf-8")
 
 

@@ -1,0 +1,171 @@
+"""Fresh pages from a trace's memory events: which allocations map new memory, and who pays."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from simhpc.costs.calibration_file import host_specs
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import compare_trace
+from simhpc.trace.fresh_pages import HeapRule, PageSet, fresh_allocations, heap_rule
+from simhpc.trace.readers import MemoryEvent, parse_trace, read_trace
+from tests.test_fresh_memory import PER_PAGE_S, _calibration, _op
+
+PAGE = 4096
+HEAP = 0x5555_0000_0000
+"""A heap address, page-aligned (blocks start some way into a page, as malloc's do)."""
+MAPPED = 0x7F00_0000_0000 + 64
+"""Where a block malloc maps on its own starts: a page boundary, plus 64 (PyTorch's alignment)."""
+
+
+def test_page_set_agrees_with_a_set_of_pages() -> None:
+    pages, model = PageSet(), set()
+    rng = random.Random(7)
+    for _ in range(400):
+        first = rng.randrange(0, 200)
+        end = first + rng.randrange(1, 40)
+        probe = rng.randrange(0, 200)
+        probe_end = probe + rng.randrange(1, 60)
+        assert pages.covered(probe, probe_end) == len(model & set(range(probe, probe_end)))
+        if rng.random() < 0.6:
+            pages.add(first, end)
+            model |= set(range(first, end))
+        else:
+            pages.remove(first, end)
+            model -= set(range(first, end))
+    assert pages.covered(0, 300) == len(model)
+
+
+def _fresh(events: list[MemoryEvent], rule: HeapRule) -> list[tuple[float, int]]:
+    return [(event.time, nbytes) for event, nbytes in fresh_allocations(events, rule)]
+
+
+def test_heap_pages_are_fresh_only_when_no_earlier_block_covered_them_after_the_first_step() -> None:
+    block = 64 * PAGE
+    events = [
+        MemoryEvent(0.1, HEAP + 128, block),  # first step: may have served the steps before
+        MemoryEvent(0.2, HEAP + 128, -block),
+        MemoryEvent(1.1, HEAP + 128, block),  # the same pages again: touched
+        MemoryEvent(1.2, HEAP + 128 + block, block),  # the heap grew: 64 new pages (one shared)
+        MemoryEvent(1.3, HEAP + 128, -block),
+        MemoryEvent(2.1, HEAP + 128 + block, block // 2),  # inside the grown part: touched
+    ]
+    assert _fresh(events, HeapRule(warm_until=1.0)) == [(1.2, 64 * PAGE)]
+
+
+def test_a_block_mapped_on_its_own_is_fresh_every_time_it_is_allocated() -> None:
+    block = 1 << 20
+    events = []
+    for step in range(3):
+        events += [MemoryEvent(step + 0.1, MAPPED, block), MemoryEvent(step + 0.2, MAPPED, -block)]
+    expected = [(step + 0.1, block + PAGE) for step in range(3)]  # 64 bytes in: one more page
+    assert _fresh(events, HeapRule(warm_until=math.inf)) == expected
+
+
+@pytest.mark.parametrize("address, size", [
+    (HEAP + 64, 1 << 20),  # a heap block may start 64 bytes into a page, on pages it used before
+    (HEAP + (4 << 20) + 64, 1 << 20),  # or on new ones, near the heap's other blocks
+    (MAPPED, 64 << 10),  # below glibc's smallest mmap threshold: from the heap
+])
+def test_blocks_that_cannot_be_mapped_alone_are_heap_blocks(address: int, size: int) -> None:
+    events = [MemoryEvent(0.1, HEAP + 128, 2 << 20), MemoryEvent(0.2, HEAP + 128, -(2 << 20))]
+    for step in (1, 2):
+        events += [MemoryEvent(step + 0.1, address, size), MemoryEvent(step + 0.2, address, -size)]
+    fresh = _fresh(events, HeapRule(warm_until=0.5))
+    assert [time for time, _ in fresh] in ([], [1.1])  # fresh when first covered at most; never again
+
+
+def test_below_the_recorded_heap_end_no_page_is_fresh_and_the_first_step_counts() -> None:
+    events = [MemoryEvent(0.1, HEAP + 64, 8 * PAGE), MemoryEvent(0.2, HEAP + 64, -8 * PAGE)]
+    # the heap ended 4 pages in: pages 4 to 8 of the block are new, even in the first step
+    assert _fresh(events, HeapRule(warm_until=-math.inf, heap_end=HEAP + 4 * PAGE)) == [(0.1, 5 * PAGE)]
+
+
+def test_a_capture_scripts_trace_says_where_its_heap_ended_and_its_mmap_threshold() -> None:
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "cat": "user_annotation"}
+    plain = parse_trace({"traceEvents": [step]}, "plain.json")
+    assert heap_rule(plain) == HeapRule(warm_until=pytest.approx(100e-6))
+    captured = parse_trace({"traceEvents": [step], "simhpc_capture": {
+        "heap_end": HEAP, "malloc": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)}}}, "captured.json")
+    assert heap_rule(captured) == HeapRule(-math.inf, HEAP, 32 << 20)
+    older = parse_trace({"traceEvents": [step], "simhpc_capture": {"malloc": {}}}, "older.json")
+    assert heap_rule(older) == HeapRule()  # its process ran other captures first: no heap page known fresh
+
+
+def _memory(ts: float, address: int, size: int) -> dict:
+    return {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+            "args": {"Addr": address, "Bytes": size, "Device Type": 0}}
+
+
+SHAPE = [256, 1024]
+BYTES = 256 * 1024 * 4
+
+
+def _charged(events: list[dict]) -> dict[str, list[float]]:
+    """Each op's predicted page-fault seconds, in a trace of two profiler steps around ``events``."""
+    steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
+              "cat": "user_annotation"} for n in (2, 3)]
+    trace = parse_trace({"traceEvents": [*steps, *events]}, "mem.json")
+    efficiency = _calibration()
+    cpu, _ = host_specs(efficiency.calibration)
+    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    assert comparison.first_touch_basis == "memory events"
+    charged: dict[str, list[float]] = {}
+    for prediction in comparison.predictions:
+        charged.setdefault(prediction.op.name, []).append(prediction.first_touch_s)
+    return charged
+
+
+def test_the_op_running_when_its_output_was_allocated_pays_for_the_grown_heap() -> None:
+    grown = HEAP + BYTES + 192  # above the first step's block: fresh pages
+    charged = _charged([
+        _op("aten::gelu", 1_000, 500, [SHAPE]), _memory(1_100, HEAP + 128, BYTES),
+        _op("aten::gelu", 101_000, 500, [SHAPE]), _memory(101_100, grown, BYTES),
+    ])
+    pages = (grown + BYTES - 1) // PAGE - grown // PAGE + 1 - 1  # its first page was the block's before
+    assert charged["aten::gelu"] == [0.0, pytest.approx(pages * PER_PAGE_S)]
+
+
+def test_a_zeros_tensor_is_paid_by_the_fill_that_writes_it() -> None:
+    charged = _charged([
+        _op("aten::zeros", 101_000, 300, [[]], ["ScalarList"], [str(SHAPE)]),
+        _op("aten::empty", 101_010, 20, [[]], ["ScalarList"], [str(SHAPE)]), _memory(101_015, MAPPED, BYTES),
+        _op("aten::fill_", 101_040, 250, [SHAPE, []], ["float", "Scalar"], ["", "0"]),
+    ])
+    assert charged["aten::fill_"] == [pytest.approx((BYTES // PAGE + 1) * PER_PAGE_S)]
+    assert charged["aten::zeros"] == charged["aten::empty"] == [0.0]
+
+
+def test_addmm_output_is_paid_by_the_copy_of_its_bias() -> None:
+    charged = _charged([
+        _op("aten::addmm", 101_000, 800, [[1024], [256, 512], [512, 1024], [], []]),
+        _op("aten::empty", 101_010, 20, [[]], ["ScalarList"], [str(SHAPE)]), _memory(101_015, MAPPED, BYTES),
+        _op("aten::copy_", 101_040, 100, [SHAPE, [1024], []], ["float", "float", "Scalar"]),
+    ])
+    assert charged["aten::copy_"] == [pytest.approx((BYTES // PAGE + 1) * PER_PAGE_S)]
+    assert charged["aten::addmm"] == [0.0]
+
+
+def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
+    """``capture.py`` records the program break as recording begins: heap pages below it served the
+    captures and steps before, and no page below it counts as fresh."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "validation" / "traces" / "capture.py"
+    spec = importlib.util.spec_from_file_location("capture", script)
+    capture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capture)
+    before = capture.program_break()
+    trace = read_trace(capture.capture("mlp", 1, 2, tmp_path / "mlp_t1.json"))
+    heap_end = trace.metadata["simhpc_capture"]["heap_end"]
+    assert before is not None and heap_end >= before
+    rule = heap_rule(trace)
+    assert (rule.heap_end, rule.warm_until) == (heap_end, -math.inf)
+    for event, nbytes in fresh_allocations(trace.memory, rule):
+        above = event.address + event.size - max(event.address, heap_end)
+        assert nbytes <= max(0, above) + 2 * PAGE
