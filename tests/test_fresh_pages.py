@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -169,3 +170,29 @@ def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
     for event, nbytes in fresh_allocations(trace.memory, rule):
         above = event.address + event.size - max(event.address, heap_end)
         assert nbytes <= max(0, above) + 2 * PAGE
+
+
+def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Path, monkeypatch) -> None:
+    """``plain_capture.py`` profiles as a user's script would (no ``simhpc_capture`` key, glibc's
+    defaults): ``compare`` finds its fresh pages from its memory events, first step left out."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+
+    script = Path(__file__).resolve().parents[1] / "validation" / "traces" / "plain_capture.py"
+    spec = importlib.util.spec_from_file_location("plain_capture", script)
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)
+    out = tmp_path / "mixer_t1.json"
+    monkeypatch.setattr("sys.argv", ["plain_capture.py", "mixer", "--out", str(out)])
+    plain.main()
+    trace = read_trace(out)
+    assert trace.memory and "simhpc_capture" not in trace.metadata and len(trace.steps) == 10
+    assert heap_rule(trace).warm_until == pytest.approx(trace.steps[0].start + trace.steps[0].duration)
+    result = CliRunner().invoke(main, ["compare", str(out), "--threads", "1", "--json", "-o", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["first_touch_basis"] == "memory events" and summary["ops_modelled"] > 0.95 * summary["ops_total"]
