@@ -196,3 +196,22 @@ def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Pat
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["first_touch_basis"] == "memory events" and summary["ops_modelled"] > 0.95 * summary["ops_total"]
+
+
+def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> None:
+    """Of a plain trace's 1-32 MiB blocks, the one its memory events show fresh (the second step's,
+    on grown heap) is charged; what glibc's trims could add is the rest (the first step's)."""
+    small = [16, 64, 56, 56]  # 12.8 MB
+    nbytes = 16 * 64 * 56 * 56 * 4
+    pages = -(-nbytes // PAGE)
+    steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
+              "cat": "user_annotation"} for n in (2, 3)]
+    relu = [_op("aten::clamp_min", ts, 9_000, [small, []], ["float", "Scalar"], ["", "0"]) for ts in (1_000, 101_000)]
+    memory = [_memory(1_100, HEAP + 128, nbytes), _memory(101_100, HEAP + 128 + nbytes + PAGE, nbytes)]
+    trace = parse_trace({"traceEvents": [*steps, *relu, *memory]}, "plain.json")
+    efficiency = _calibration()
+    cpu, _ = host_specs(efficiency.calibration)
+    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
+    assert charged == [0.0, pytest.approx((pages + 1) * PER_PAGE_S)]  # it starts 128 bytes into a page
+    assert comparison.heap_faults_if_fresh_s == pytest.approx(pages * PER_PAGE_S / 2)

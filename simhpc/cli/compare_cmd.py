@@ -135,7 +135,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         console.print(
             f"note: the trace does not say how its process's malloc was set; with glibc's defaults, tensors of "
             f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
-            "page faults if all were, not predicted (validation/traces/capture.py keeps freed memory)"
+            "page faults if all were, beyond those predicted (validation/traces/capture.py keeps freed memory)"
         )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE", "repeats"):

@@ -112,9 +112,9 @@ class Comparison:
     heap_faults_if_fresh_s: float | None = None
     """Per step, the page faults of every heap block of 1 to 32 MiB an op writes first
     (:func:`~simhpc.trace.fresh_memory.heap_writes`) if all came fresh, at the calibrated fault
-    cost; not in ``predicted_step_s``. What glibc's default settings expose a step to (a plain
-    process's measured excess is of this order: validation/README.md); None where the trace records
-    its allocator settings."""
+    cost, beyond what the op is charged already (its memory events); not in ``predicted_step_s``.
+    What glibc's default settings expose a step to (a plain process's measured excess is of this
+    order: validation/README.md); None where the trace records its allocator settings."""
     first_touch_basis: str = "shapes"
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
     :mod:`simhpc.trace.fresh_pages`) or ``shapes`` (blocks of 32 MiB or more,
@@ -351,15 +351,17 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
 
 def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int,
                        steps: int) -> float | None:
-    """Per step, the page faults of every heap block of 1 to 32 MiB if all were written fresh, for a
-    trace that does not record its allocator settings (None for one that does, or without
-    page-fault points). Its memory events cannot say either: the pages of a heap glibc trimmed come
-    back at the same addresses."""
+    """Per step, the page faults of every heap block of 1 to 32 MiB if all were written fresh, beyond
+    those the op writing it is charged already, for a trace that does not record its allocator
+    settings (None for one that does, or without page-fault points). Its memory events cannot say
+    either: the pages of a heap glibc trimmed come back at the same addresses."""
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None or allocator_recorded(trace):
         return None
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
-    return sum(first_touch(nbytes, threads) for nbytes in heap_writes(trace, kernels).values()) / steps
+    charged = {p.op.index: p.first_touch_s for p in predictions}
+    return sum(max(0.0, first_touch(nbytes, threads) - charged.get(index, 0.0))
+               for index, nbytes in heap_writes(trace, kernels).items()) / steps
 
 
 def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) -> Comparison:
