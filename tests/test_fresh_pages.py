@@ -215,3 +215,17 @@ def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> Non
     charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
     assert charged == [0.0, pytest.approx((pages + 1) * PER_PAGE_S)]  # it starts 128 bytes into a page
     assert comparison.heap_faults_if_fresh_s == pytest.approx(pages * PER_PAGE_S / 2)
+
+
+def test_the_report_says_when_a_profiled_trace_has_no_allocation_events(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    events = [step, _op("aten::gelu", 100, 500, [SHAPE])]
+    for name, memory in (("without", []), ("with", [_memory(150, HEAP + 128, BYTES)])):
+        trace = tmp_path / f"{name}.json"
+        trace.write_text(json.dumps({"traceEvents": events + memory}))
+        text = CliRunner().invoke(main, ["compare", str(trace), "--threads", "1", "-o", str(tmp_path / name)]).output
+        assert ("no allocation events" in " ".join(text.split())) == (not memory), name

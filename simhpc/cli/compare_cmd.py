@@ -137,6 +137,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
             "page faults if all were, beyond those predicted (validation/traces/capture.py keeps freed memory)"
         )
+    if comparison.steps and comparison.first_touch_basis == "shapes":
+        console.print(
+            "note: the trace has no allocation events (profile with profile_memory=True): under the profiler a "
+            "training loop's heap grows, and the page faults of the tensors written into its new pages are "
+            "predicted only for blocks of 32 MiB or more (validation/README.md, session 32)"
+        )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE", "repeats"):
         kinds.add_column(column, justify="left" if column == "kind" else "right")
