@@ -6,7 +6,7 @@ still mapped; a page no allocation of the trace covered before was mapped afresh
 and its first write takes a page fault (the kernel zeroes the page and maps it). A training loop
 reuses its heap step after step, yet its heap keeps growing under the profiler: the profiler's
 own records, kept until the trace is exported, take the holes that freed tensors leave, so some
-tensors of every step land on new pages (a 2-layer encoder on the Zen 4 guest: 14 336 new pages a
+tensors of every step land on new pages (capture.py's encoder layer on the Zen 4 guest: 14 336 new pages a
 step in its memory events, 14 336 page faults a step counted by ``getrusage``, its steps 17 %
 slower than unprofiled).
 

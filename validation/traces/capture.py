@@ -25,7 +25,10 @@ told to keep freed memory (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`
 CPU tuning guides advise (they suggest jemalloc or tcmalloc to the same end): otherwise large op
 outputs keep coming fresh from the kernel, and on this VM their first-touch page faults (about
 5 us per 4 KiB page) cost more than the ops themselves. Blocks of 32 MiB or more are mapped afresh
-whatever the settings; ``simhpc compare`` charges their page faults (``simhpc.trace.fresh_memory``)."""
+whatever the settings; ``simhpc compare`` charges their page faults (``simhpc.trace.fresh_pages``). So
+it does those of the heap's growth under the profiler, whose records keep taking the holes freed
+tensors leave: each capture records where the heap ended when recording began
+(``simhpc_capture.heap_end``), since the earlier captures of this process left their memory in it."""
 
 from __future__ import annotations
 
