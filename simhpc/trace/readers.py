@@ -318,9 +318,13 @@ def _assign_steps(ops: list[OpRecord], steps: list[Step]) -> None:
             op.step = steps[i].number
 
 
+ADDRESS_SPACE = 1 << 64
+"""Addresses and sizes of memory events lie below this (a 64-bit address space)."""
+
+
 def _memory_events(events: list[Any], origin: float) -> list[MemoryEvent]:
-    """The CPU ``[memory]`` instant events with a numeric time and an integer address and size, in
-    time order (a GPU's, ``Device Type`` other than 0, left out)."""
+    """The CPU ``[memory]`` instant events with a numeric time, an address in the 64-bit address
+    space and a size within it, in time order (a GPU's, ``Device Type`` other than 0, left out)."""
     found = []
     for event in events:
         if not (isinstance(event, Mapping) and event.get("ph") == "i" and event.get("name") == "[memory]"):
@@ -328,7 +332,8 @@ def _memory_events(events: list[Any], origin: float) -> list[MemoryEvent]:
         args = event.get("args") if isinstance(event.get("args"), Mapping) else {}
         address, size, ts = args.get("Addr"), args.get("Bytes"), _number(event.get("ts"))
         if (ts is None or args.get("Device Type", 0) != 0 or not isinstance(address, int)
-                or not isinstance(size, int) or isinstance(size, bool)):
+                or not isinstance(size, int) or isinstance(size, bool) or isinstance(address, bool)
+                or not 0 <= address < ADDRESS_SPACE or not abs(size) < ADDRESS_SPACE - address):
             continue
         found.append(MemoryEvent((ts - origin) * _US, address, size))
     return sorted(found, key=lambda e: e.time)
