@@ -45,7 +45,7 @@ def test_nesting_parent_children_and_self_time() -> None:
 
 def test_memory_events_are_read_in_time_order() -> None:
     """``profile_memory=True`` writes ``[memory]`` instants with an address and a signed size; a
-    GPU's and malformed ones (an address outside the 64-bit space, a size beyond it) are left out,
+    GPU's and malformed ones (an address outside a 64-bit CPU's user address space, a size beyond it) are left out,
     and an op-free trace still needs complete events."""
     def memory(ts: float, address: object, size: object, device: int = 0) -> dict:
         return {"ph": "i", "name": "[memory]", "pid": 7, "tid": 1, "ts": ts, "s": "t",
@@ -53,7 +53,7 @@ def test_memory_events_are_read_in_time_order() -> None:
 
     events = [_x("aten::mm", 100, 50), memory(130, 4096, -256), memory(110, 4096, 256), memory(120, 8192, 64, 1),
               memory(125, "0x10", 8), memory(126, 16, True), {"ph": "i", "name": "[memory]", "ts": 127},
-              memory(128, -4096, 64), memory(129, 4096, 1 << 70), memory(129, 1 << 64, 64), memory(129, True, 8)]
+              memory(128, -4096, 64), memory(129, 4096, 1 << 60), memory(129, 1 << 64, 64), memory(129, True, 8)]
     trace = parse_trace({"traceEvents": events}, "mem")
     assert [(e.time, e.address, e.size) for e in trace.memory] == [
         (pytest.approx(10e-6), 4096, 256), (pytest.approx(30e-6), 4096, -256)]

@@ -318,13 +318,15 @@ def _assign_steps(ops: list[OpRecord], steps: list[Step]) -> None:
             op.step = steps[i].number
 
 
-ADDRESS_SPACE = 1 << 64
-"""Addresses and sizes of memory events lie below this (a 64-bit address space)."""
+ADDRESS_SPACE = 1 << 57
+"""Addresses and sizes of memory events lie below this: the largest user address space of a
+64-bit CPU (x86-64 with 5-level paging)."""
 
 
 def _memory_events(events: list[Any], origin: float) -> list[MemoryEvent]:
-    """The CPU ``[memory]`` instant events with a numeric time, an address in the 64-bit address
-    space and a size within it, in time order (a GPU's, ``Device Type`` other than 0, left out)."""
+    """The CPU ``[memory]`` instant events with a numeric time, an address in the user address space
+    (:data:`ADDRESS_SPACE`) and a size within it, in time order (a GPU's, ``Device Type`` other than
+    0, left out)."""
     found = []
     for event in events:
         if not (isinstance(event, Mapping) and event.get("ph") == "i" and event.get("name") == "[memory]"):
