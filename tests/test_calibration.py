@@ -903,6 +903,30 @@ def test_microbench_retake_still_far_waits_behind_a_planned_repeat(monkeypatch) 
     assert order == ["a", "b", "a"] and result["probes"]["round trip before points"]["kept_far"] == 1
 
 
+def test_microbench_past_its_deadline_no_retake_is_probed(monkeypatch) -> None:
+    """Once the deadline has passed no repeat fits, so none is probed either: the probes before
+    hundreds of far retakes, each deferred up to three times, took calibrate 4-5 s past its
+    deadline on the Zen 4 guest. The trailing probe still runs."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    runner, latency = load_submodule("runner"), load_submodule("latency")
+    probes: list[str] = []
+
+    def probe() -> float:
+        probes.append("round trip")
+        return 300e-9 if len(probes) % 2 else 60e-9  # every other point far
+
+    monkeypatch.setattr(latency, "quick_round_trip", probe)
+    clock = iter(range(0, 10_000))
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: float(next(clock)))  # a second per reading
+    tasks = [runner.Task("gemm", f"2t {i}", lambda: {"time_s": 1.0}) for i in range(20)]
+    tasks += [runner.Task("gemm", f"2t {i}", lambda: {"time_s": 1.0}, again=True) for i in range(20)]
+    tasks.append(runner.Task("probes", "end", lambda: {"round_trip_s": 1.0}))
+    result = runner.run(tasks, deadline_s=30.0, round_trips=True)
+    assert len(probes) == 20  # the first round's; no retake's
+    assert result["repeats_skipped"] == 20 and "end" in result["probes"]
+
+
 def test_microbench_measures_the_few_points_read_on_a_shared_core_again(monkeypatch) -> None:
     """Where at most SHARED_RETAKE_SHARE of the points read shared, they are measured again after
     the first round, with a probe of their own; the faster measurement is kept."""

@@ -406,6 +406,9 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
                     if task.label in far or task.label in shared)
     planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far | shared)
     while waiting or planned:
+        if deadline_s is not None and time.perf_counter() - start > deadline_s:
+            counts["skipped"] += len(waiting) + len(planned)  # past it, no repeat fits: probe no more
+            break
         if not waiting:
             measure(planned.popleft())
             continue
