@@ -12,7 +12,7 @@ import pytest
 from simhpc.costs.calibration_file import host_specs
 from simhpc.costs.model import CostModel
 from simhpc.trace.compare import compare_trace
-from simhpc.trace.fresh_pages import HeapRule, PageSet, fresh_allocations, heap_rule
+from simhpc.trace.fresh_pages import HeapRule, PageSet, capture_page_faults, fresh_allocations, heap_rule
 from simhpc.trace.readers import MemoryEvent, parse_trace, read_trace
 from tests.test_fresh_memory import PER_PAGE_S, _calibration, _op
 
@@ -153,7 +153,8 @@ def test_addmm_output_is_paid_by_the_copy_of_its_bias() -> None:
 
 def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
     """``capture.py`` records the program break as recording begins: heap pages below it served the
-    captures and steps before, and no page below it counts as fresh."""
+    captures and steps before, and no page below it counts as fresh. It records the page faults of
+    the recorded steps too, which the fresh pages found in the memory events account for."""
     pytest.importorskip("torch")
     import importlib.util
 
@@ -167,9 +168,28 @@ def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
     assert before is not None and heap_end >= before
     rule = heap_rule(trace)
     assert (rule.heap_end, rule.warm_until) == (heap_end, -math.inf)
+    fresh = 0
     for event, nbytes in fresh_allocations(trace.memory, rule):
         above = event.address + event.size - max(event.address, heap_end)
         assert nbytes <= max(0, above) + 2 * PAGE
+        fresh += nbytes // PAGE
+    counted = capture_page_faults(trace)  # the process's own count: the events' fresh pages are most of it
+    assert counted is not None and abs(fresh - counted) <= 0.1 * counted + 64
+
+
+@pytest.mark.parametrize("faults", [-1, 2.5, "12", True])
+def test_a_malformed_page_fault_count_is_an_error_naming_the_field(tmp_path: Path, faults: object) -> None:
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    trace = tmp_path / "bad.json"
+    trace.write_text(json.dumps({"traceEvents": [step, _op("aten::gelu", 100, 500, [SHAPE])],
+                                 "simhpc_capture": {"page_faults": faults}}))
+    result = CliRunner().invoke(main, ["compare", str(trace), "--threads", "1"])
+    assert result.exit_code == 2 and "simhpc_capture.page_faults" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Path, monkeypatch) -> None:

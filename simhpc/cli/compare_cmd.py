@@ -123,6 +123,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing {why}"
         )
+    counted = comparison.capture_page_faults_per_step
+    if counted is not None:
+        console.print(
+            f"page faults: {comparison.fresh_pages_per_step:.0f} pages a step predicted fresh; the capture "
+            f"counted {counted:.0f} page faults a step in its process (getrusage, every thread's)"
+        )
     if comparison.activations_step_s > 0:
         convolutions = sum(1 for p in comparison.predictions if p.activations_s > 0)
         console.print(

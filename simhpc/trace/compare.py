@@ -28,7 +28,7 @@ from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions
 from simhpc.trace.framework_costs import cost_after, subtree_footprint
 from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
-from simhpc.trace.fresh_pages import fresh_writes_from_events
+from simhpc.trace.fresh_pages import PAGE_BYTES, capture_page_faults, fresh_writes_from_events
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops, outside_ops, uneven_steps
 from simhpc.trace.product_reuse import charge_products
 from simhpc.trace.readers import OpRecord, Trace
@@ -73,7 +73,9 @@ class OpPrediction:
     reason: str = ""
     first_touch_s: float = 0.0
     """Of ``predicted_s``: the page faults of its first write into freshly mapped memory
-    (:mod:`simhpc.trace.fresh_memory`)."""
+    (:mod:`simhpc.trace.fresh_pages`, :mod:`simhpc.trace.fresh_memory`)."""
+    fresh_bytes: float = 0.0
+    """The bytes of freshly mapped memory it writes first (what ``first_touch_s`` charges)."""
     activations_s: float = 0.0
     """Of ``predicted_s``: a convolution's activations fetched from memory
     (:mod:`simhpc.trace.conv_activations`)."""
@@ -115,6 +117,9 @@ class Comparison:
     cost, beyond what the op is charged already (its memory events); not in ``predicted_step_s``.
     What glibc's default settings expose a step to (a plain process's measured excess is of this
     order: validation/README.md); None where the trace records its allocator settings."""
+    capture_page_faults_per_step: float | None = None
+    """Page faults a step that ``capture.py`` counted in its process while recording
+    (:func:`~simhpc.trace.fresh_pages.capture_page_faults`), to hold ``fresh_pages_per_step`` against."""
     first_touch_basis: str = "shapes"
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
     :mod:`simhpc.trace.fresh_pages`) or ``shapes`` (blocks of 32 MiB or more,
@@ -141,6 +146,11 @@ class Comparison:
     def first_touch_step_s(self) -> float:
         """Predicted page-fault time per step (part of ``predicted_step_s``)."""
         return sum(p.first_touch_s for p in self.predictions) / max(1, self.steps)
+
+    @property
+    def fresh_pages_per_step(self) -> float:
+        """Pages a step the ops write fresh, as charged (``first_touch_step_s``'s pages)."""
+        return sum(math.ceil(p.fresh_bytes / PAGE_BYTES) for p in self.predictions) / max(1, self.steps)
 
     @property
     def activations_step_s(self) -> float:
@@ -181,6 +191,8 @@ class Comparison:
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
             "first_touch_basis": self.first_touch_basis,
+            "fresh_pages_per_step": self.fresh_pages_per_step,
+            "capture_page_faults_per_step": self.capture_page_faults_per_step,
             "conv_activations_s": self.activations_step_s,
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
@@ -345,6 +357,7 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
     fresh = fresh_writes_from_events(trace, kernels) if trace.memory else fresh_writes(trace, kernels)
     for index, nbytes in fresh.items():
         prediction = carrying[index]
+        prediction.fresh_bytes = nbytes
         prediction.first_touch_s = first_touch(nbytes, threads)
         prediction.predicted_s += prediction.first_touch_s
 
@@ -362,6 +375,10 @@ def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: 
     charged = {p.op.index: p.first_touch_s for p in predictions}
     return sum(max(0.0, first_touch(nbytes, threads) - charged.get(index, 0.0))
                for index, nbytes in heap_writes(trace, kernels).items()) / steps
+
+
+def _per_step(count: int | None, steps: int) -> float | None:
+    return None if count is None else count / max(1, steps)
 
 
 def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) -> Comparison:
@@ -399,6 +416,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
                             outside_ops(trace), call_gaps, heap_faults,
                             first_touch_basis="memory events" if trace.memory else "shapes",
+                            capture_page_faults_per_step=_per_step(capture_page_faults(trace), len(trace.steps)),
                             skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)
     for p in predictions:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from simhpc.costs import kernels as k
 from simhpc.costs.op_arguments import numel
 from simhpc.costs.opnames import in_place
-from simhpc.trace.readers import MemoryEvent, OpRecord, Trace
+from simhpc.trace.readers import MemoryEvent, OpRecord, Trace, TraceError
 
 PAGE_BYTES = 4096
 """The page size of the traced host (x86-64 and most AArch64 Linux)."""
@@ -218,6 +218,21 @@ def _positive_int(value: object) -> int | None:
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def capture_page_faults(trace: Trace) -> int | None:
+    """The page faults ``capture.py`` counted in its process over the recorded steps
+    (``simhpc_capture.page_faults``, ``getrusage``'s minor faults), or None where it counted none; a
+    malformed record is a :class:`TraceError` naming the field. What the fresh pages found in the
+    trace's memory events are held against: they are most of them."""
+    capture = trace.metadata.get("simhpc_capture")
+    if not isinstance(capture, dict) or "page_faults" not in capture:
+        return None
+    faults = capture["page_faults"]
+    if not isinstance(faults, int) or isinstance(faults, bool) or faults < 0:
+        raise TraceError(f"{trace.source}: simhpc_capture.page_faults: {faults!r} is not a count of page faults "
+                         "(an integer, 0 or more)")
+    return faults
 
 
 def fresh_writes_from_events(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:

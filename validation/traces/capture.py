@@ -38,6 +38,7 @@ import ctypes.util
 import gzip
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -337,7 +338,7 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
                     "malloc": {key: os.environ.get(key) for key in MALLOC_ENV}}),
     )
     before = cores_round_trip()
-    heap_end = None
+    heap_end, faults = None, 0
     with prof:
         for step in range(steps + 2):
             x, y = batch()
@@ -345,14 +346,16 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
+            if step == steps + 1:
+                faults += page_faults()
             prof.step()
             if step == 1:  # the wait and warm-up steps are done: recording starts
-                heap_end = program_break()
+                heap_end, faults = program_break(), -page_faults()
     after = cores_round_trip()
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(raw))
-        facts: dict[str, object] = {"heap_end": heap_end} if heap_end else {}
+        facts: dict[str, object] = {"heap_end": heap_end, "page_faults": faults} if heap_end else {}
         if before is not None and after is not None:
             facts["peer_round_trip_s"] = [before, after]
         _record(raw, facts)
@@ -397,10 +400,18 @@ def program_break() -> int | None:
     return end if isinstance(end, int) and end > 0 else None
 
 
+def page_faults() -> int:
+    """The process's page faults so far that mapped a page without reading a disk (``getrusage``'s
+    minor faults, every thread's): the trace records those of its profiled steps (``page_faults``),
+    which ``simhpc compare`` holds against the fresh pages it finds in the trace's memory events."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _record(raw: Path, facts: dict[str, object]) -> None:
     """Add ``facts`` to the exported trace's ``simhpc_capture`` metadata: the cores' round trips
     before and after the profiled steps (``peer_round_trip_s``, which ``simhpc compare`` reports)
-    and where the heap ended when recording began (``heap_end``)."""
+    where the heap ended when recording began (``heap_end``) and the page faults of the recorded
+    steps (``page_faults``)."""
     if not facts:
         return
     document = json.loads(raw.read_text(encoding="utf-8"))

@@ -3,7 +3,8 @@
 Calibrates this machine, captures the four models at 1 and 2 threads right after, compares every
 capture with that calibration and prints the table and whether each meets the targets (step-time
 error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part, the cores' round trip
-around each capture, and ``simhpc compare``'s warning where a 2-thread capture's cores were over twice
+around each capture, the fresh pages a step ``compare`` charged beside the page faults the capture
+counted, and ``simhpc compare``'s warning where a 2-thread capture's cores were over twice
 as far apart as the calibration's, or the other way round. Exits 1 when a
 capture misses a target, 2 when a part fails. About 4.5 minutes on the 2-core reference machines.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from report import compare_captures  # this folder's report.py (the script's folder is on sys.path)
 
 from simhpc.costs.calibration_file import load_calibration
+from simhpc.trace.compare import Comparison
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +62,12 @@ def _trip_line(reading: float | None) -> str:
     return "" if reading is None else f"; cores' round trip {reading * 1e9:.0f} ns in the calibration"
 
 
+def _faults(result: Comparison) -> str:
+    """The fresh pages a step ``compare`` charged, and the page faults the capture counted."""
+    counted = result.capture_page_faults_per_step
+    return f"{result.fresh_pages_per_step:.0f} / " + ("-" if counted is None else f"{counted:.0f}")
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} %"
 
@@ -79,8 +87,8 @@ def main() -> None:
                                        "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | GEMM repeats "
-             "| cores' round trip | meets target |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| cores' round trip | fresh pages / page faults a step | meets target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
     calibration_trip, far = calibration_round_trip(cal), []
     for path, threads, _, result, trace in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
@@ -94,7 +102,8 @@ def main() -> None:
         misses += not meets
         lines.append(f"| {path.name.split('.')[0]} | {threads} | {result.measured_step_s * 1e3:.1f} ms | "
                      f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | {_pct(mape)} | "
-                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(trips)} | {'yes' if meets else 'no'} |")
+                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(trips)} | {_faults(result)} | "
+                     f"{'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
                  f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
                  + _shared_core_line(cal.data.get("probes") or {}) + _trip_line(calibration_trip))
