@@ -1081,14 +1081,14 @@ def test_microbench_repeats_give_way_to_the_deadline() -> None:
 
 
 def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
-    """Points get their whole budget while the first round, projected at its pace, ends by 90 % of
+    """Points get their whole budget while the first round, projected at its pace, ends by 85 % of
     the deadline; behind that, a share in proportion, never below a tenth: less sampling time,
     shorter samples, fewer repeats (at least 3); and the whole budget again once the run ends."""
     from simhpc.costs.benchsuite import load_submodule
 
     runner, timing = load_submodule("runner"), load_submodule("timing")
     assert runner._pace(elapsed=50.0, done=500, total=1000, deadline_s=170.0) == 1.0  # 100 s projected
-    assert runner._pace(elapsed=100.0, done=500, total=1000, deadline_s=170.0) == pytest.approx(53 / 100)
+    assert runner._pace(elapsed=100.0, done=500, total=1000, deadline_s=170.0) == pytest.approx(44.5 / 100)
     assert runner._pace(elapsed=150.0, done=500, total=1000, deadline_s=170.0) == runner.PACE_FLOOR
     seen = []
 
