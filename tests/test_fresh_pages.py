@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from click.testing import CliRunner
 
+from simhpc.cli.main import main
 from simhpc.costs.calibration_file import host_specs
 from simhpc.costs.model import CostModel
-from simhpc.trace.compare import compare_trace
+from simhpc.trace.compare import Comparison, compare_trace
 from simhpc.trace.fresh_pages import HeapRule, PageSet, capture_page_faults, fresh_allocations, heap_rule
 from simhpc.trace.readers import MemoryEvent, parse_trace, read_trace
 from tests.test_fresh_memory import PER_PAGE_S, _calibration, _op
@@ -106,14 +110,28 @@ SHAPE = [256, 1024]
 BYTES = 256 * 1024 * 4
 
 
-def _charged(events: list[dict]) -> dict[str, list[float]]:
-    """Each op's predicted page-fault seconds, in a trace of two profiler steps around ``events``."""
+def _compare(events: list[dict]) -> Comparison:
+    """``compare`` of a plain trace of two profiler steps (100 ms each) around ``events``, at 1 thread."""
     steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
               "cat": "user_annotation"} for n in (2, 3)]
     trace = parse_trace({"traceEvents": [*steps, *events]}, "mem.json")
     efficiency = _calibration()
     cpu, _ = host_specs(efficiency.calibration)
-    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    return compare_trace(trace, CostModel(efficiency), cpu, 1)
+
+
+def _script(name: str) -> ModuleType:
+    """``validation/traces/NAME.py``, loaded as a module (it needs torch)."""
+    path = Path(__file__).resolve().parents[1] / "validation" / "traces" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _charged(events: list[dict]) -> dict[str, list[float]]:
+    """Each op's predicted page-fault seconds, in a trace of two profiler steps around ``events``."""
+    comparison = _compare(events)
     assert comparison.first_touch_basis == "memory events"
     charged: dict[str, list[float]] = {}
     for prediction in comparison.predictions:
@@ -156,12 +174,7 @@ def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
     captures and steps before, and no page below it counts as fresh. It records the page faults of
     the recorded steps too, which the fresh pages found in the memory events account for."""
     pytest.importorskip("torch")
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "validation" / "traces" / "capture.py"
-    spec = importlib.util.spec_from_file_location("capture", script)
-    capture = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(capture)
+    capture = _script("capture")
     before = capture.program_break()
     trace = read_trace(capture.capture("mlp", 1, 2, tmp_path / "mlp_t1.json"))
     heap_end = trace.metadata["simhpc_capture"]["heap_end"]
@@ -179,10 +192,6 @@ def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("faults", [-1, 2.5, "12", True])
 def test_a_malformed_page_fault_count_is_an_error_naming_the_field(tmp_path: Path, faults: object) -> None:
-    from click.testing import CliRunner
-
-    from simhpc.cli.main import main
-
     step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
     trace = tmp_path / "bad.json"
     trace.write_text(json.dumps({"traceEvents": [step, _op("aten::gelu", 100, 500, [SHAPE])],
@@ -196,16 +205,7 @@ def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Pat
     """``plain_capture.py`` profiles as a user's script would (no ``simhpc_capture`` key, glibc's
     defaults): ``compare`` finds its fresh pages from its memory events, first step left out."""
     pytest.importorskip("torch")
-    import importlib.util
-
-    from click.testing import CliRunner
-
-    from simhpc.cli.main import main
-
-    script = Path(__file__).resolve().parents[1] / "validation" / "traces" / "plain_capture.py"
-    spec = importlib.util.spec_from_file_location("plain_capture", script)
-    plain = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plain)
+    plain = _script("plain_capture")
     out = tmp_path / "mixer_t1.json"
     monkeypatch.setattr("sys.argv", ["plain_capture.py", "mixer", "--out", str(out)])
     plain.main()
@@ -224,24 +224,15 @@ def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> Non
     small = [16, 64, 56, 56]  # 12.8 MB
     nbytes = 16 * 64 * 56 * 56 * 4
     pages = -(-nbytes // PAGE)
-    steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
-              "cat": "user_annotation"} for n in (2, 3)]
     relu = [_op("aten::clamp_min", ts, 9_000, [small, []], ["float", "Scalar"], ["", "0"]) for ts in (1_000, 101_000)]
     memory = [_memory(1_100, HEAP + 128, nbytes), _memory(101_100, HEAP + 128 + nbytes + PAGE, nbytes)]
-    trace = parse_trace({"traceEvents": [*steps, *relu, *memory]}, "plain.json")
-    efficiency = _calibration()
-    cpu, _ = host_specs(efficiency.calibration)
-    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    comparison = _compare([*relu, *memory])
     charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
     assert charged == [0.0, pytest.approx((pages + 1) * PER_PAGE_S)]  # it starts 128 bytes into a page
     assert comparison.heap_faults_if_fresh_s == pytest.approx(pages * PER_PAGE_S / 2)
 
 
 def test_the_report_says_when_a_profiled_trace_has_no_allocation_events(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from simhpc.cli.main import main
-
     step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
     events = [step, _op("aten::gelu", 100, 500, [SHAPE])]
     for name, memory in (("without", []), ("with", [_memory(150, HEAP + 128, BYTES)])):
