@@ -338,7 +338,7 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
                     "malloc": {key: os.environ.get(key) for key in MALLOC_ENV}}),
     )
     before = cores_round_trip()
-    heap_end, faults = None, 0
+    heap_end, faults_at_start, faults = None, 0, 0
     with prof:
         for step in range(steps + 2):
             x, y = batch()
@@ -346,11 +346,11 @@ def capture(name: str, threads: int, steps: int, target: Path) -> Path:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            if step == steps + 1:
-                faults += page_faults()
+            if step == steps + 1:  # the last recorded step's work is done
+                faults = page_faults() - faults_at_start
             prof.step()
             if step == 1:  # the wait and warm-up steps are done: recording starts
-                heap_end, faults = program_break(), -page_faults()
+                heap_end, faults_at_start = program_break(), page_faults()
     after = cores_round_trip()
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
@@ -409,7 +409,7 @@ def page_faults() -> int:
 
 def _record(raw: Path, facts: dict[str, object]) -> None:
     """Add ``facts`` to the exported trace's ``simhpc_capture`` metadata: the cores' round trips
-    before and after the profiled steps (``peer_round_trip_s``, which ``simhpc compare`` reports)
+    before and after the profiled steps (``peer_round_trip_s``, which ``simhpc compare`` reports),
     where the heap ended when recording began (``heap_end``) and the page faults of the recorded
     steps (``page_faults``)."""
     if not facts:
