@@ -83,7 +83,7 @@ def _output_elements(trace: Trace, op: OpRecord, kernel: k.Kernel | None) -> int
             return numel(shape) if isinstance(shape, list) else 0  # the input's gradient (the weight's is small)
         return 0
     if isinstance(kernel, k.Elementwise):
-        tensors = _tensor_shapes(op)
+        tensors = tensor_shapes(op)
         if name in NEW_SIZE:
             return kernel.n
         if name == "embedding_dense_backward":  # the whole weight gradient, num_weights x width
@@ -170,10 +170,11 @@ def _next_whole_writer(trace: Trace, allocation: OpRecord, siblings: list[int], 
     """The in-place writer of an ``empty``'s tensor: in the first later op of its ``siblings``
     (the ops beside it) that involves a tensor of its size, if that op writes one in place."""
     for index in siblings:
-        if index > allocation.index and any(numel(s) == elements for s in _tensor_shapes(trace.ops[index])):
+        if index > allocation.index and any(numel(s) == elements for s in tensor_shapes(trace.ops[index])):
             return _first_whole_writer(trace, [index], elements, kernels)
     return None
 
 
-def _tensor_shapes(op: OpRecord) -> list[list[int]]:
+def tensor_shapes(op: OpRecord) -> list[list[int]]:
+    """The shapes of ``op``'s tensor inputs (lists of ints; scalars and the unknown left out)."""
     return [s for s in op.shapes if isinstance(s, list) and all(isinstance(d, int) for d in s)]

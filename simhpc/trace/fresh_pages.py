@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from simhpc.costs import kernels as k
 from simhpc.costs.op_arguments import numel
 from simhpc.costs.opnames import in_place
+from simhpc.trace.fresh_memory import tensor_shapes
 from simhpc.trace.readers import MemoryEvent, OpRecord, Trace, TraceError
 
 PAGE_BYTES = 4096
@@ -141,8 +142,7 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule) -> Iterator
 def _writes_block(op: OpRecord, kernel: k.Kernel, nbytes: int) -> bool:
     """Whether ``op`` involves a tensor of ``nbytes`` (in its kernel's type)."""
     size = k.dtype_bytes(kernel.dtype)
-    return any(isinstance(s, list) and all(isinstance(d, int) for d in s) and numel(s) * size == nbytes
-               for s in op.shapes)
+    return any(numel(shape) * size == nbytes for shape in tensor_shapes(op))
 
 
 class FirstWriters:
