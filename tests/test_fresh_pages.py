@@ -169,6 +169,45 @@ def test_addmm_output_is_paid_by_the_copy_of_its_bias() -> None:
     assert charged["aten::addmm"] == [0.0]
 
 
+def test_a_pooling_backwards_gradient_is_paid_by_the_fill_under_its_zero() -> None:
+    """A max-pool backward allocates its input's gradient, then zeroes it (``zero_`` -> ``fill_``)
+    before scattering into it: the ``fill_``, two levels down, writes the block first."""
+    pooled, dims = [16, 64, 56, 56], [16, 64, 112, 112]
+    nbytes = 16 * 64 * 112 * 112 * 4
+    charged = _charged([
+        _op("aten::max_pool2d_with_indices_backward", 101_000, 30_000, [pooled, dims, [], [], [], [], [], pooled]),
+        _op("aten::empty", 101_010, 20, [[]], ["ScalarList"], [str(dims)]), _memory(101_015, MAPPED, nbytes),
+        _op("aten::zero_", 101_050, 25_000, [dims]),
+        _op("aten::fill_", 101_055, 24_990, [dims, []], ["float", "Scalar"], ["", "0"]),
+    ])
+    assert charged["aten::fill_"] == [pytest.approx((nbytes // PAGE + 1) * PER_PAGE_S)]
+    assert charged["aten::max_pool2d_with_indices_backward"] == [0.0]
+
+
+def test_a_block_freed_soon_takes_no_more_faults_than_fit_in_its_life() -> None:
+    """A batch norm's backward allocates a block of its input's size and frees it 20 us later,
+    unwritten: at 3 us a fault, no more than 6 of its 12 545 pages can have been written."""
+    dims = [16, 64, 112, 112]
+    nbytes = 16 * 64 * 112 * 112 * 4
+    charged = _charged([
+        _op("aten::native_batch_norm_backward", 101_000, 30_000, [dims, dims, [64]]),
+        _memory(101_050, MAPPED, nbytes), _memory(101_070, MAPPED, -nbytes),
+        _memory(101_072, MAPPED + (64 << 20), nbytes),  # the block it returns, written
+    ])
+    assert charged["aten::native_batch_norm_backward"] == [pytest.approx((nbytes // PAGE + 1 + 6) * PER_PAGE_S)]
+
+
+def test_heap_pages_a_short_lived_block_left_unwritten_stay_fresh() -> None:
+    block = 64 * PAGE
+    events = [
+        MemoryEvent(1.0, HEAP + 128, block), MemoryEvent(1.0 + 10e-6, HEAP + 128, -block),  # 3 pages' faults at most
+        MemoryEvent(1.1, HEAP + 128, block),  # the same pages, now written
+    ]
+    fresh = [(event.time, nbytes) for event, nbytes in fresh_allocations(events, HeapRule(warm_until=0.5), 3e-6)]
+    assert fresh == [(1.0, 3 * PAGE), (1.1, 65 * PAGE)]
+    assert _fresh(events, HeapRule(warm_until=0.5)) == [(1.0, 65 * PAGE)]  # without a fault's cost: no bound
+
+
 def test_a_capture_records_where_its_heap_ended(tmp_path: Path) -> None:
     """``capture.py`` records the program break as recording begins: heap pages below it served the
     captures and steps before, and no page below it counts as fresh. It records the page faults of

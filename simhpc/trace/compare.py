@@ -354,7 +354,10 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         return
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     carrying = {p.op.index: p for p in predictions if p.op.index in kernels}
-    fresh = fresh_writes_from_events(trace, kernels) if trace.memory else fresh_writes(trace, kernels)
+    if trace.memory:
+        fresh = fresh_writes_from_events(trace, kernels, first_touch(PAGE_BYTES, threads))
+    else:
+        fresh = fresh_writes(trace, kernels)
     for index, nbytes in fresh.items():
         prediction = carrying[index]
         prediction.fresh_bytes = nbytes
