@@ -240,6 +240,21 @@ def test_a_malformed_page_fault_count_is_an_error_naming_the_field(tmp_path: Pat
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("record, field", [
+    ({"heap_end": "0x55d8"}, "simhpc_capture.heap_end"),
+    ({"heap_end": -4096}, "simhpc_capture.heap_end"),
+    ({"malloc": {"MALLOC_MMAP_THRESHOLD_": "32M"}}, "simhpc_capture.malloc.MALLOC_MMAP_THRESHOLD_"),
+])
+def test_a_malformed_heap_record_is_an_error_naming_the_field(tmp_path: Path, record: dict, field: str) -> None:
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    trace = tmp_path / "bad.json"
+    trace.write_text(json.dumps({"traceEvents": [step, _op("aten::gelu", 100, 500, [SHAPE]), _memory(150, HEAP, BYTES)],
+                                 "simhpc_capture": record}))
+    result = CliRunner().invoke(main, ["compare", str(trace), "--threads", "1"])
+    assert result.exit_code == 2 and field in result.output
+    assert "Traceback" not in result.output
+
+
 def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Path, monkeypatch) -> None:
     """``plain_capture.py`` profiles as a user's script would (no ``simhpc_capture`` key, glibc's
     defaults): ``compare`` finds its fresh pages from its memory events, first step left out."""

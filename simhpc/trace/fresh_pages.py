@@ -240,21 +240,28 @@ class FirstWriters:
 def heap_rule(trace: Trace) -> HeapRule:
     """What ``trace`` says of its process's memory: for a ``capture.py`` trace, where the heap ended
     when it began (no heap page fresh in one that does not say) and malloc's mmap threshold; for
-    another, the end of its first profiler step (without steps, no heap page is known fresh)."""
+    another, the end of its first profiler step (without steps, no heap page is known fresh). A
+    malformed record is a :class:`TraceError` naming the field."""
     capture = trace.metadata.get("simhpc_capture")
     if not isinstance(capture, dict):
         return HeapRule(trace.steps[0].start + trace.steps[0].duration if trace.steps else math.inf)
     malloc = capture.get("malloc") if isinstance(capture.get("malloc"), dict) else {}
-    threshold = _positive_int(malloc.get("MALLOC_MMAP_THRESHOLD_"))
-    heap_end = _positive_int(capture.get("heap_end"))
+    threshold = _recorded(trace, malloc, "malloc.MALLOC_MMAP_THRESHOLD_", "a size in bytes")
+    heap_end = _recorded(trace, capture, "heap_end", "an address")
     return HeapRule(-math.inf if heap_end else math.inf, heap_end or 0, threshold or MAPPED_ALONE_BYTES)
 
 
-def _positive_int(value: object) -> int | None:
-    """``value`` as a positive int (a JSON number, or a string of digits as the environment holds)."""
+def _recorded(trace: Trace, record: dict, field: str, what: str) -> int | None:
+    """The positive integer ``capture.py`` recorded at ``record[field's last part]`` (a JSON number, or
+    a string of digits as the environment holds it), None where it recorded none."""
+    value = record.get(field.rsplit(".", 1)[-1])
+    if value is None:
+        return None
     if isinstance(value, str) and value.isdigit():
         value = int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise TraceError(f"{trace.source}: simhpc_capture.{field}: {value!r} is not {what} (a positive integer)")
+    return value
 
 
 def capture_page_faults(trace: Trace) -> int | None:
