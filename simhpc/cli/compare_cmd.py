@@ -95,6 +95,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
+        + (f" ({far} multi-thread ones measured with the cores far apart taken at their near speed-up)"
+           if (far := summary["far_products_estimated"]) else "")
     )
     what = "step time" if summary["steps"] else "time from the first op to the last"
     console.print(
@@ -390,6 +392,7 @@ def command(
     summary = comparison.summary(worst)
     summary["calibration"] = cal.source
     summary["blas"] = chosen
+    summary["far_products_estimated"] = model.efficiency.products.far_estimated
     summary["cache"] = cache
     summary["threads_from"] = threads_from
     summary["capture_round_trips_s"] = capture_round_trips_s

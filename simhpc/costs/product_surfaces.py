@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from simhpc.costs.calibration_file import Calibration
+from simhpc.costs.far_points import as_near, far_round_trip
 from simhpc.costs.interpolation import GemmSurface, Surfaces, thread_blend
 from simhpc.costs.kernels import Attention, Gemm, Recurrent
 from simhpc.costs.product_ops import is_line
@@ -58,10 +59,13 @@ class ProductSurfaces:
         """Convolution surfaces by pass, whether the convolution is strided, grouped, 1-D and 1x1."""
         cal = calibration
         groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
-        for row in cal.rows("gemm"):
-            if row.get("blas", "numpy") == self.blas:
-                groups[(row["dtype"], row["threads"], surface_key(row.get("layout", "nn"), row.get("interleaved", "")))
-                       ].append(row)
+        own = [row for row in cal.rows("gemm") if row.get("blas", "numpy") == self.blas]
+        own, self.far_estimated = as_near(own, far_round_trip(cal, own), method, smoothing)
+        """How many multi-thread points measured with the cores far apart were taken at their near
+        speed-up (:mod:`simhpc.costs.far_points`)."""
+        for row in own:
+            groups[(row["dtype"], row["threads"], surface_key(row.get("layout", "nn"), row.get("interleaved", "")))
+                   ].append(row)
         for (dtype, threads, layout), rows in sorted(groups.items()):
             wide_own = any(min(r["m"], r["n"], r["k"]) >= WIDE for r in rows)
             if layout != "nn" and not wide_own:  # measured narrow only: wide products differ little by layout

@@ -1,0 +1,117 @@
+"""Multi-thread product points measured with the cores far apart, taken at their near speed-up."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import validate
+from simhpc.costs.far_points import FAR_RATIO, MIN_NEAR, as_near, far_round_trip
+from simhpc.costs.kernels import Gemm
+from simhpc.hardware.host import COMMITTED_CALIBRATION
+
+NEAR, FAR = 60e-9, 330e-9
+SIDES = (16, 64, 256, 1024)
+
+
+def _single_s(m: int, n: int, k: int) -> float:
+    """A 1-thread product's time: 40 GFLOP/s, less for thin shapes, plus a call's 2 us."""
+    return 2e-6 + 2.0 * m * n * k / (40e9 * min(1.0, min(m, n, k) / 64) ** 0.3)
+
+
+def _speed_up(m: int, n: int, k: int) -> float:
+    """What 2 threads near gain: from none on small products to 1.9x on large ones, smoothly."""
+    return 1.0 + 0.9 / (1.0 + math.exp(-(math.log2(2.0 * m * n * k) - 20.0) / 2.0))
+
+
+def _row(m: int, n: int, k: int, threads: int, seconds: float, round_trip: float | None = None) -> dict:
+    row = {"blas": "torch", "dtype": "fp32", "layout": "nn", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
+           "time_s": seconds}
+    return row if round_trip is None else {**row, "round_trip_s": round_trip}
+
+
+def _rows(far: dict[tuple[int, int, int], float]) -> list[dict]:
+    """1- and 2-thread rows over a grid of shapes; the 2-thread ones in ``far`` (shape -> time
+    measured) read far apart, the others near at their speed-up."""
+    rows = []
+    for m, n, k in itertools.product(SIDES, repeat=3):
+        one = _single_s(m, n, k)
+        rows.append(_row(m, n, k, 1, one))
+        if (m, n, k) in far:
+            rows.append(_row(m, n, k, 2, far[(m, n, k)], FAR))
+        else:
+            rows.append(_row(m, n, k, 2, one / _speed_up(m, n, k), NEAR))
+    return rows
+
+
+class _Cal:
+    def __init__(self, probes: dict | None = None) -> None:
+        self.data = {"probes": probes or {}}
+
+
+def _two_thread(rows: list[dict], shape: tuple[int, int, int]) -> float:
+    return next(r["time_s"] for r in rows if r["threads"] == 2 and (r["m"], r["n"], r["k"]) == shape)
+
+
+@pytest.mark.parametrize("shape", [(64, 1024, 16), (256, 256, 256), (1024, 16, 1024)])
+def test_a_far_point_is_timed_at_its_shapes_near_speed_up(shape: tuple[int, int, int]) -> None:
+    near_s = _single_s(*shape) / _speed_up(*shape)
+    rows = _rows({shape: 2.5 * near_s})
+    estimated, count = as_near(rows, FAR_RATIO * NEAR, "rbf", 0.3)
+    assert count == 1
+    assert _two_thread(estimated, shape) == pytest.approx(near_s, rel=0.1)  # smoothed surfaces; measured 2.5x
+    assert [r for r in estimated if r["threads"] == 1 or r.get("round_trip_s") == NEAR] == [
+        r for r in rows if r["threads"] == 1 or r.get("round_trip_s") == NEAR]  # the others as measured
+
+
+def test_a_far_point_faster_than_its_estimate_and_too_few_near_points_keep_what_was_measured() -> None:
+    shape = (256, 256, 256)
+    near_s = _single_s(*shape) / _speed_up(*shape)
+    assert as_near(_rows({shape: 0.8 * near_s}), FAR_RATIO * NEAR, "rbf", 0.3)[1] == 0
+    sparse = [r for r in _rows({shape: 3 * near_s})
+              if r["threads"] == 1 or r.get("round_trip_s") == FAR or r["m"] == r["n"] == 16]
+    assert sum(1 for r in sparse if r.get("round_trip_s") == NEAR) < MIN_NEAR
+    assert as_near(sparse, FAR_RATIO * NEAR, "rbf", 0.3) == (sparse, 0)
+    assert as_near(sparse, None, "rbf", 0.3) == (sparse, 0)
+
+
+def test_the_far_threshold_comes_from_the_run_or_from_its_rows() -> None:
+    rows = [_row(64, 64, 64, 2, 1e-5, 70e-9), _row(64, 64, 128, 2, 2e-5, 340e-9), _row(64, 64, 64, 1, 1e-5)]
+    assert far_round_trip(_Cal({"round trip before points": {"fastest_s": 50e-9, "far_threshold": 2.5}}),
+                          rows) == pytest.approx(125e-9)
+    assert far_round_trip(_Cal(), rows) == pytest.approx(FAR_RATIO * 70e-9)  # a merged file keeps no probe
+    assert far_round_trip(_Cal(), [r for r in rows if "round_trip_s" not in r]) is None
+
+
+def test_compare_times_a_product_measured_far_at_its_near_speed() -> None:
+    """The committed calibration with its 2-thread points marked near, but the classifier head's
+    (64 x 4096 x 10) measured far at 2.5x its time: it is predicted near again, within 15 %."""
+    data = json.loads(Path(COMMITTED_CALIBRATION).read_text(encoding="utf-8"))
+    head = Gemm(m=64, n=4096, k=10, dtype="fp32")
+    before = CalibratedEfficiency(validate(copy.deepcopy(data), "cal.json"), blas="torch")
+
+    def head_row(row: dict) -> bool:
+        return (row.get("blas") == "torch" and row["threads"] == 2 and row["dtype"] == "fp32"
+                and row.get("layout", "nn") == "nn" and (row["m"], row["n"], row["k"]) == (64, 4096, 10))
+
+    marked = copy.deepcopy(data)
+    rows = [row for row in marked["kernels"]["gemm"] if row["threads"] > 1]
+    assert any(head_row(row) for row in rows)
+    for row in rows:
+        row["round_trip_s"] = FAR if head_row(row) else NEAR
+        row["time_s"] *= 2.5 if head_row(row) else 1.0
+    far_kept = copy.deepcopy(marked)
+    for row in far_kept["kernels"]["gemm"]:
+        row.pop("round_trip_s", None)
+    after = CalibratedEfficiency(validate(marked, "cal.json"), blas="torch")
+    slow = CalibratedEfficiency(validate(far_kept, "cal.json"), blas="torch")
+    assert after.products.far_estimated == 1
+    near = before.gemm_fraction(head, 2)  # fractions of peak: higher is faster
+    assert after.gemm_fraction(head, 2) == pytest.approx(near, rel=0.15)
+    assert slow.gemm_fraction(head, 2) < 0.7 * near  # as measured: far slower
