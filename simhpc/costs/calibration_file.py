@@ -218,8 +218,9 @@ def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, wh
     for key in OPTIONAL_COUNTS:
         if key in row and not _count(row[key]):
             raise _fail(source, f"{where}.{key}", f"expected an integer from 1 to 2^53, got {row[key]!r}")
-    if "step_bytes" in row:
-        _check_number(row["step_bytes"], source, f"{where}.step_bytes")
+    for key in ("step_bytes", "round_trip_s"):  # round_trip_s: says whether a point was measured far apart
+        if key in row:
+            _check_number(row[key], source, f"{where}.{key}")
     for key in ("graph_nodes", "parameters"):  # a training loop's medians per step
         value = row.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
