@@ -12,7 +12,7 @@ import pytest
 
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import validate
-from simhpc.costs.far_points import FAR_RATIO, MIN_NEAR, as_near, far_round_trip
+from simhpc.costs.far_points import FAR_RATIO, MIN_POINTS, at_distance, cores_during, far_round_trip
 from simhpc.costs.kernels import Gemm
 from simhpc.hardware.host import COMMITTED_CALIBRATION
 
@@ -51,8 +51,12 @@ def _rows(far: dict[tuple[int, int, int], float]) -> list[dict]:
 
 
 class _Cal:
-    def __init__(self, probes: dict | None = None) -> None:
+    def __init__(self, probes: dict | None = None, gemm: list[dict] | None = None) -> None:
         self.data = {"probes": probes or {}}
+        self.gemm = gemm or []
+
+    def rows(self, section: str) -> list[dict]:
+        return self.gemm if section == "gemm" else []
 
 
 def _two_thread(rows: list[dict], shape: tuple[int, int, int]) -> float:
@@ -63,7 +67,7 @@ def _two_thread(rows: list[dict], shape: tuple[int, int, int]) -> float:
 def test_a_far_point_is_timed_at_its_shapes_near_speed_up(shape: tuple[int, int, int]) -> None:
     near_s = _single_s(*shape) / _speed_up(*shape)
     rows = _rows({shape: 2.5 * near_s})
-    estimated, count = as_near(rows, FAR_RATIO * NEAR, "rbf", 0.3)
+    estimated, count = at_distance(rows, FAR_RATIO * NEAR, "near", "rbf", 0.3)
     assert count == 1
     assert _two_thread(estimated, shape) == pytest.approx(near_s, rel=0.1)  # smoothed surfaces; measured 2.5x
     assert [r for r in estimated if r["threads"] == 1 or r.get("round_trip_s") == NEAR] == [
@@ -73,12 +77,36 @@ def test_a_far_point_is_timed_at_its_shapes_near_speed_up(shape: tuple[int, int,
 def test_a_far_point_faster_than_its_estimate_and_too_few_near_points_keep_what_was_measured() -> None:
     shape = (256, 256, 256)
     near_s = _single_s(*shape) / _speed_up(*shape)
-    assert as_near(_rows({shape: 0.8 * near_s}), FAR_RATIO * NEAR, "rbf", 0.3)[1] == 0
+    assert at_distance(_rows({shape: 0.8 * near_s}), FAR_RATIO * NEAR, "near", "rbf", 0.3)[1] == 0
     sparse = [r for r in _rows({shape: 3 * near_s})
               if r["threads"] == 1 or r.get("round_trip_s") == FAR or r["m"] == r["n"] == 16]
-    assert sum(1 for r in sparse if r.get("round_trip_s") == NEAR) < MIN_NEAR
-    assert as_near(sparse, FAR_RATIO * NEAR, "rbf", 0.3) == (sparse, 0)
-    assert as_near(sparse, None, "rbf", 0.3) == (sparse, 0)
+    assert sum(1 for r in sparse if r.get("round_trip_s") == NEAR) < MIN_POINTS
+    assert at_distance(sparse, FAR_RATIO * NEAR, "near", "rbf", 0.3) == (sparse, 0)
+    assert at_distance(sparse, None, "near", "rbf", 0.3) == (sparse, 0)
+
+
+def test_for_a_capture_taken_far_apart_near_points_take_the_far_speed_up_within_the_sizes_measured_far() -> None:
+    """Small products measured far at 1.5x their near time: a near point among them is timed at
+    that slowdown, one larger than any measured far is kept as measured."""
+    small = [shape for shape in itertools.product(SIDES, repeat=3) if 2 * math.prod(shape) <= 2 * 256 ** 3]
+    far = {shape: 1.5 * _single_s(*shape) / _speed_up(*shape) for shape in small if shape != (64, 256, 64)}
+    rows = _rows(far)
+    estimated, count = at_distance(rows, FAR_RATIO * NEAR, "far", "rbf", 0.3)
+    near_s = _single_s(64, 256, 64) / _speed_up(64, 256, 64)
+    assert _two_thread(estimated, (64, 256, 64)) == pytest.approx(1.5 * near_s, rel=0.1)
+    large = (1024, 1024, 1024)
+    assert _two_thread(estimated, large) == _two_thread(rows, large)
+    assert count > 0 and all(after["time_s"] >= before["time_s"] for before, after in zip(rows, estimated, strict=True))
+    with pytest.raises(ValueError, match="cores"):
+        at_distance(rows, FAR_RATIO * NEAR, "apart", "rbf", 0.3)
+
+
+def test_a_capture_is_far_when_every_round_trip_it_read_is() -> None:
+    cal = _Cal(gemm=[_row(64, 64, 64, 2, 1e-5, 60e-9), _row(64, 64, 64, 1, 1e-5)])
+    assert cores_during([330e-9, 340e-9], cal) == "far"
+    assert cores_during([330e-9, 70e-9], cal) == "near"  # it moved during the steps
+    assert cores_during(None, cal) == "near"
+    assert cores_during([330e-9], _Cal()) == "near"  # a calibration without readings: nothing to hold it to
 
 
 def test_the_far_threshold_comes_from_the_run_or_from_its_rows() -> None:
@@ -111,7 +139,33 @@ def test_compare_times_a_product_measured_far_at_its_near_speed() -> None:
         row.pop("round_trip_s", None)
     after = CalibratedEfficiency(validate(marked, "cal.json"), blas="torch")
     slow = CalibratedEfficiency(validate(far_kept, "cal.json"), blas="torch")
-    assert after.products.far_estimated == 1
+    assert after.products.distance_estimated == 1
     near = before.gemm_fraction(head, 2)  # fractions of peak: higher is faster
     assert after.gemm_fraction(head, 2) == pytest.approx(near, rel=0.15)
     assert slow.gemm_fraction(head, 2) < 0.7 * near  # as measured: far slower
+
+
+@pytest.mark.parametrize("round_trips, cores", [([330e-9, 340e-9], "far"), ([60e-9, 340e-9], "near"), (None, "near")])
+def test_compare_times_products_in_the_state_the_capture_read(tmp_path: Path, round_trips: list | None,
+                                                              cores: str) -> None:
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+    from tests.test_fresh_memory import _op
+
+    data = json.loads(Path(COMMITTED_CALIBRATION).read_text(encoding="utf-8"))
+    for row in data["kernels"]["gemm"]:
+        if row["threads"] > 1:
+            row["round_trip_s"] = NEAR
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(data))
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    trace = {"traceEvents": [step, _op("aten::mm", 100, 500, [[64, 512], [512, 512]])], "num_threads": 2}
+    if round_trips is not None:
+        trace["simhpc_capture"] = {"peer_round_trip_s": round_trips}
+    path = tmp_path / "mm.json"
+    path.write_text(json.dumps(trace))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(calibration), "--json",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cores"] == cores

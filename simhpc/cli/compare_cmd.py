@@ -14,6 +14,7 @@ from simhpc.cli.main import PATH, user_errors, write_refusal
 from simhpc.costs.benchsuite import MicrobenchError, load_suite
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings, load_calibration
+from simhpc.costs.far_points import cores_during
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
 from simhpc.hardware.host import detect_host
@@ -87,6 +88,16 @@ _THREADS_FROM = {
 }
 
 
+def _distance_note(cores: str, estimated: int) -> str:
+    """What the report's first line says of the products measured in the other state of the cores."""
+    if cores == "far":
+        return (f" (the cores far apart, as the capture read them: {estimated} multi-thread ones measured near "
+                "taken at their far speed-up)")
+    if not estimated:
+        return ""
+    return f" ({estimated} multi-thread ones measured with the cores far apart taken at their near speed-up)"
+
+
 def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -> None:
     console = Console()
     console.print(
@@ -95,8 +106,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
-        + (f" ({far} multi-thread ones measured with the cores far apart taken at their near speed-up)"
-           if (far := summary["far_products_estimated"]) else "")
+        + _distance_note(summary["cores"], summary["distance_estimated_products"])
     )
     what = "step time" if summary["steps"] else "time from the first op to the last"
     console.print(
@@ -372,7 +382,9 @@ def command(
             f"--blas {chosen}: {cal.source} has no GEMM points measured through {chosen} "
             f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
         )
-    model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache))
+    capture_round_trips_s, calibration_round_trip_s = capture_round_trips(trace), calibration_round_trip(cal)
+    cores = cores_during(capture_round_trips_s, cal)
+    model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache, cores=cores))
     if threads_from == "host":
         inferred = infer_threads(trace, model, cpu, calibrated_thread_counts(cal))
         if inferred is not None:
@@ -380,7 +392,6 @@ def command(
     beyond = thread_range_warning(cal, used, threads_from)
     if beyond is not None:
         warn(beyond)
-    capture_round_trips_s, calibration_round_trip_s = capture_round_trips(trace), calibration_round_trip(cal)
     far = distance_warning(capture_round_trips_s, calibration_round_trip_s, used)
     if far is not None:
         warn(far)
@@ -392,7 +403,8 @@ def command(
     summary = comparison.summary(worst)
     summary["calibration"] = cal.source
     summary["blas"] = chosen
-    summary["far_products_estimated"] = model.efficiency.products.far_estimated
+    summary["cores"] = cores
+    summary["distance_estimated_products"] = model.efficiency.products.distance_estimated
     summary["cache"] = cache
     summary["threads_from"] = threads_from
     summary["capture_round_trips_s"] = capture_round_trips_s

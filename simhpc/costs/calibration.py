@@ -118,6 +118,9 @@ class CalibratedEfficiency:
             ``add``/``sum`` points (single calls after a cache flush, i.e. from DRAM), the state of
             a framework op's operands inside a training step, and BLAS products pay
             :meth:`cold_operands_s` on top. Without cold points, ``"cold"`` is ``"warm"``.
+        cores: ``"near"`` (default) or ``"far"``: multi-thread products timed as with the cores
+            near or far apart (:mod:`~simhpc.costs.far_points`: the points measured in the other
+            state at this one's speed-up over their 1-thread points).
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class CalibratedEfficiency:
         smoothing: float = GEMM_SMOOTHING,
         blas: str = "numpy",
         cache: str = "warm",
+        cores: str = "near",
     ) -> None:
         if cache not in ("warm", "cold"):
             raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
@@ -145,7 +149,8 @@ class CalibratedEfficiency:
         self.fallback = fallback or ConstantEfficiency()
         self.gemm_method = gemm_method
         self.smoothing = smoothing
-        self.products = ProductSurfaces(calibration, blas, gemm_method, smoothing)
+        self.cores = cores
+        self.products = ProductSurfaces(calibration, blas, gemm_method, smoothing, cores)
         """GEMM, convolution, fused-attention and recurrent-layer surfaces."""
         self.streams = StreamCurves(calibration, blas, cache)
         """Memory-bound kernels and framework ops: measured curves over their working set."""
@@ -296,7 +301,8 @@ class CalibratedEfficiency:
         """This calibration read as its loops measured it (``cache="warm"``): no cold call's charge."""
         if self.cache == "warm":
             return self
-        return CalibratedEfficiency(self.calibration, self.fallback, self.gemm_method, self.smoothing, self.blas)
+        return CalibratedEfficiency(self.calibration, self.fallback, self.gemm_method, self.smoothing, self.blas,
+                                    cores=self.cores)
 
     def host_time(self, kernel: Kernel, threads: int) -> float | None:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from simhpc.costs.calibration_file import Calibration
-from simhpc.costs.far_points import as_near, far_round_trip
+from simhpc.costs.far_points import at_distance, far_round_trip
 from simhpc.costs.interpolation import GemmSurface, Surfaces, thread_blend
 from simhpc.costs.kernels import Attention, Gemm, Recurrent
 from simhpc.costs.product_ops import is_line
@@ -43,9 +43,11 @@ def surface_key(layout: str, interleaved: str) -> str:
 
 class ProductSurfaces:
     """A calibration's product points of one BLAS (``blas``) as surfaces (``method``, ``smoothing``:
-    :class:`~simhpc.costs.interpolation.GemmSurface`'s)."""
+    :class:`~simhpc.costs.interpolation.GemmSurface`'s), its multi-thread GEMMs with the cores
+    ``near`` or ``far`` apart (:mod:`simhpc.costs.far_points`)."""
 
-    def __init__(self, calibration: Calibration, blas: str, method: str, smoothing: float) -> None:
+    def __init__(self, calibration: Calibration, blas: str, method: str, smoothing: float,
+                 cores: str = "near") -> None:
         self.blas = blas
         self.method = method
         self.smoothing = smoothing
@@ -60,9 +62,9 @@ class ProductSurfaces:
         cal = calibration
         groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         own = [row for row in cal.rows("gemm") if row.get("blas", "numpy") == self.blas]
-        own, self.far_estimated = as_near(own, far_round_trip(cal, own), method, smoothing)
-        """How many multi-thread points measured with the cores far apart were taken at their near
-        speed-up (:mod:`simhpc.costs.far_points`)."""
+        own, self.distance_estimated = at_distance(own, far_round_trip(cal, own), cores, method, smoothing)
+        """How many multi-thread points measured in the other state than ``cores`` were taken at the
+        speed-up of ``cores`` (:mod:`simhpc.costs.far_points`)."""
         for row in own:
             groups[(row["dtype"], row["threads"], surface_key(row.get("layout", "nn"), row.get("interleaved", "")))
                    ].append(row)
