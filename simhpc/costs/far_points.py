@@ -81,9 +81,9 @@ def _shape(row: Row) -> tuple[int, int, int, int]:
 def at_distance(rows: list[Row], far_above: float | None, cores: str, method: str,
                 smoothing: float) -> tuple[list[Row], int]:
     """One BLAS's GEMM ``rows`` with each multi-thread row read in the other state than ``cores``
-    (``"near"`` or ``"far"``: whether its ``round_trip_s`` is over ``far_above``) timed at the
-    speed-up the rows read in that state reach at its shape, where that moves it that way (faster
-    for ``"near"``, slower for ``"far"``; a copy), and how many were."""
+    (``"near"`` or ``"far"``; far: its ``round_trip_s`` over ``far_above``) timed at its 1-thread
+    point's time over the speed-up the rows read in state ``cores`` reach at its shape, where that
+    moves it that way (faster for ``"near"``, slower for ``"far"``; as a copy), and how many were."""
     if cores not in ("near", "far"):
         raise ValueError(f"cores must be 'near' or 'far', got {cores!r}")
     if far_above is None:

@@ -67,8 +67,10 @@ def distance_warning(capture: list[float] | None, calibration: float | None, thr
             f"{calibration * 1e9:.0f} ns while the calibration was measured: the host ran the vCPUs")
     if max(capture) > FAR_RATIO * calibration:
         return (f"{seen} farther apart during the capture, and multi-thread ops that hand data between the threads "
-                "(small products most: up to 3x) take longer than predicted")
+                "(small products most: up to 3x) take longer than predicted, but for the products timed at the "
+                "speed-up of the calibration's points measured far apart")
     if calibration > FAR_RATIO * max(capture):
         return (f"{seen} farther apart during the calibration, and multi-thread ops that hand data between the "
-                "threads (small products most: up to 3x) are predicted too slow; calibrate again")
+                "threads (small products most: up to 3x) are predicted too slow, but for the products timed at the "
+                "speed-up of the calibration's points measured near; calibrate again")
     return None

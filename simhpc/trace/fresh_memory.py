@@ -22,6 +22,8 @@ say how its malloc was set, :func:`heap_writes` lists what they may add.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simhpc.costs import kernels as k
 from simhpc.costs.op_arguments import int_list, numel
 from simhpc.costs.opnames import base_name, in_place, names
@@ -153,16 +155,21 @@ def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> 
     return op.index in kernels and in_place(op.name) and shape is not None and numel(shape) == elements
 
 
-def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: dict[int, k.Kernel]) -> int | None:
-    """The first op of the subtrees at ``roots`` that carries a kernel and writes a tensor of
-    ``elements`` in place."""
+def first_under(trace: Trace, roots: list[int], accept: Callable[[OpRecord], bool]) -> int | None:
+    """The first op of the subtrees at ``roots`` (start order, parents first) that ``accept`` takes."""
     stack = list(reversed(roots))
     while stack:
         op = trace.ops[stack.pop()]
-        if _writes_whole(op, elements, kernels):
+        if accept(op):
             return op.index
         stack.extend(reversed(op.children))
     return None
+
+
+def _first_whole_writer(trace: Trace, roots: list[int], elements: int, kernels: dict[int, k.Kernel]) -> int | None:
+    """The first op of the subtrees at ``roots`` that carries a kernel and writes a tensor of
+    ``elements`` in place."""
+    return first_under(trace, roots, lambda op: _writes_whole(op, elements, kernels))
 
 
 def _next_whole_writer(trace: Trace, allocation: OpRecord, siblings: list[int], elements: int,

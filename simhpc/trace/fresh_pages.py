@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from simhpc.costs import kernels as k
 from simhpc.costs.op_arguments import numel
 from simhpc.costs.opnames import in_place
-from simhpc.trace.fresh_memory import tensor_shapes
+from simhpc.trace.fresh_memory import first_under, tensor_shapes
 from simhpc.trace.readers import MemoryEvent, OpRecord, Trace, TraceError
 
 PAGE_BYTES = 4096
@@ -133,9 +133,9 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule,
     ``rule.heap_end``, first covered at or after ``rule.warm_until``.
 
     With ``page_fault_s`` (what a page fault takes), a block freed sooner than its fresh pages'
-    faults would take is given only the pages that fit in its life: one allocated and freed
-    unwritten (a batch norm's backward does so with a block of its input's size) takes no fault,
-    and the pages it was not given stay fresh for the blocks that cover them later."""
+    faults would take is given only the pages that fit in its life (a batch norm's backward frees
+    a block of its input's size unwritten microseconds after allocating it), and the pages it was
+    not given stay fresh for the blocks that cover them later."""
     lived = lifetimes(events) if page_fault_s > 0 else {}
     heap_end_page = rule.heap_end // PAGE_BYTES
     heap = (rule.heap_end, rule.heap_end) if rule.heap_end else None  # the span of the heap blocks seen
@@ -227,14 +227,9 @@ class FirstWriters:
     def _in_place_filler(self, op: OpRecord, event: MemoryEvent) -> int | None:
         """The first op under ``op`` (start order) started after ``event`` that carries a kernel and
         writes a tensor of the block's size in place."""
-        stack = list(reversed(op.children))
-        while stack:
-            child = self.trace.ops[stack.pop()]
-            if (child.start >= event.time and child.index in self.kernels and in_place(child.name)
-                    and _writes_block(child, self.kernels[child.index], event.size)):
-                return child.index
-            stack.extend(reversed(child.children))
-        return None
+        return first_under(self.trace, op.children, lambda child: (
+            child.start >= event.time and child.index in self.kernels and in_place(child.name)
+            and _writes_block(child, self.kernels[child.index], event.size)))
 
 
 def heap_rule(trace: Trace) -> HeapRule:
