@@ -1564,6 +1564,26 @@ def test_cold_product_fit_weighs_a_point_above_it_as_one_below() -> None:
     assert seconds == pytest.approx(30e-6, rel=0.02) and per_byte == pytest.approx(1 / 30e9, rel=0.02)
 
 
+@pytest.mark.parametrize("shared, left_out", [(3, True), (5, False)])
+def test_cold_points_measured_on_a_shared_core_are_left_out_when_few(shared: int, left_out: bool) -> None:
+    """Of 20 cold points on 30 us + bytes / 30 GB/s, ``shared`` read the L1 probe at 1.6 ns against
+    1.09 ns and took 40 us more: 3 (15 %) are left out and the fit is the core's own; 5 (25 %), and
+    the core was shared often enough that they stay."""
+    from simhpc.costs.cold_products import cold_product_fits, unshared
+
+    rows = []
+    for i, m in enumerate(range(16, 16 + 20 * 24, 24)):
+        moved = 4.0 * (m * 512 + 512 * 64 + m * 64)
+        extra = 30e-6 + moved / 30e9 + (40e-6 if i < shared else 0.0)
+        rows.append({"blas": "torch", "dtype": "fp32", "threads": 2, "m": m, "n": 64, "k": 512, "warm_s": 1e-4,
+                     "time_s": 1e-4 + extra, "l1_probe_s": 1.6e-9 if i < shared else 1.09e-9})
+    assert len(unshared(rows)) == (20 - shared if left_out else 20)
+    seconds, per_byte = cold_product_fits(rows, "torch")[2]
+    assert (seconds == pytest.approx(30e-6, rel=0.02) and per_byte == pytest.approx(1 / 30e9, rel=0.02)) == left_out
+    assert unshared([{k: v for k, v in row.items() if k != "l1_probe_s"} for row in rows[:4]]) == [
+        {k: v for k, v in row.items() if k != "l1_probe_s"} for row in rows[:4]]  # no readings: all kept
+
+
 def test_cold_products_pay_the_fitted_cold_call_time(cal_path: Path) -> None:
     """``gemm_cold`` points whose cold-less-warm times are 50 us + bytes / 20 GB/s give that fit back,
     and ``cache="cold"`` charges it to every BLAS product (none to a convolution)."""

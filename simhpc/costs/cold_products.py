@@ -12,10 +12,30 @@ from scipy import optimize
 
 from simhpc.costs.kernels import Gemm
 
+SHARED_CORE = 1.3
+"""An L1 probe reading over this many times the fastest of the points': another hardware thread
+shared the core while the point was measured (``simhpc calibrate``'s own threshold)."""
+SHARED_SHARE = 0.2
+"""The share of the points read on a shared core up to which they are left out of the fits: above
+it the core was shared most of the time, its usual state, and they are kept."""
+
+
+def unshared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` less those measured on a shared core (their ``l1_probe_s`` over :data:`SHARED_CORE`
+    x the fastest of them), where those are at most :data:`SHARED_SHARE` of the rows. A single cold
+    call pays the sharing whole where a loop's median of calls does not: on the EPYC Zen 4 guest a
+    32 x 32 x 32 product took 67 us cold with the L1 probe at 1.61 ns, 25 us in the runs before at
+    1.09 ns, and 16 of 92 such points lifted the 2-thread fit's constant from 20-36 us to 58 us."""
+    readings = [row["l1_probe_s"] for row in rows if row.get("l1_probe_s", 0) > 0]
+    if not readings:
+        return rows
+    shared = [row for row in rows if row.get("l1_probe_s", 0) > SHARED_CORE * min(readings)]
+    return rows if len(shared) > SHARED_SHARE * len(rows) else [row for row in rows if row not in shared]
+
 
 def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[float, float]]:
     """Threads -> (seconds, seconds per byte): the non-negative fit of ``seconds + bytes x seconds
-    per byte`` to the ``gemm_cold`` points' cold-less-warm times, in least squares of the log of
+    per byte`` to the ``gemm_cold`` points' cold-less-warm times (:func:`unshared`), in least squares of the log of
     their ratio, which weighs a fit twice a point's time as it does one half of it.
 
     Least squares of the relative error ``fit / measured - 1`` did not: it costs at most 1 where
@@ -25,7 +45,7 @@ def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[
     byte there, under half of 31 of its 38 points (median fit-to-point ratio 0.29; 0.76-0.95 on the
     committed files; this way 0.88 and 0.97-1.06)."""
     points: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:
+    for row in unshared(rows):
         if row.get("blas", "torch") == blas and "after" not in row:
             product = Gemm(dtype=row["dtype"], m=row["m"], n=row["n"], k=row["k"], batch=row.get("batch", 1))
             points[row["threads"]].append((product.bytes(), row["time_s"] - row["warm_s"]))
@@ -43,7 +63,7 @@ def path_constants(rows: list[dict[str, Any]], blas: str) -> dict[int, float]:
     right after a flush and a product of another layout) took over their loop time, the part of a
     cold call that is the kernels of the product's own layout (0 where the call was faster)."""
     extras: dict[int, list[float]] = defaultdict(list)
-    for row in rows:
+    for row in unshared(rows):
         if row.get("blas", "torch") == blas and "after" in row:
             extras[row["threads"]].append(max(0.0, row["time_s"] - row["warm_s"]))
     return {threads: float(np.median(values)) for threads, values in sorted(extras.items())}
