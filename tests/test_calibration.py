@@ -656,6 +656,7 @@ def test_malformed_calibrations(mutate, message: str) -> None:
         (lambda d: d["kernels"]["elementwise"][0].update(cache="tepid"), "kernels.elementwise.0.cache"),
         (lambda d: d["kernels"]["dispatch"][0].update(step_bytes=-1), "kernels.dispatch.0.step_bytes"),
         (lambda d: d["kernels"]["gemm"][0].update(round_trip_s="far"), "kernels.gemm.0.round_trip_s: expected"),
+        (lambda d: d["kernels"]["gemm_cold"][0].update(l1_probe_s=-1), "kernels.gemm_cold.0.l1_probe_s: expected"),
         (lambda d: d["kernels"]["dispatch"][-1].update(parameters="many"), "parameters: expected a number >= 0"),
         (lambda d: d["kernels"]["dispatch"][-1].update(layers=0.5), "layers: expected an integer"),
     ],

@@ -218,7 +218,7 @@ def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, wh
     for key in OPTIONAL_COUNTS:
         if key in row and not _count(row[key]):
             raise _fail(source, f"{where}.{key}", f"expected an integer from 1 to 2^53, got {row[key]!r}")
-    for key in ("step_bytes", "round_trip_s"):  # round_trip_s: says whether a point was measured far apart
+    for key in ("step_bytes", "round_trip_s", "l1_probe_s"):  # the probes: was a point measured far apart, shared
         if key in row:
             _check_number(row[key], source, f"{where}.{key}")
     for key in ("graph_nodes", "parameters"):  # a training loop's medians per step

@@ -29,14 +29,14 @@ def unshared(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     readings = [row["l1_probe_s"] for row in rows if row.get("l1_probe_s", 0) > 0]
     if not readings:
         return rows
-    shared = [row for row in rows if row.get("l1_probe_s", 0) > SHARED_CORE * min(readings)]
-    return rows if len(shared) > SHARED_SHARE * len(rows) else [row for row in rows if row not in shared]
+    shared = {id(row) for row in rows if row.get("l1_probe_s", 0) > SHARED_CORE * min(readings)}
+    return rows if len(shared) > SHARED_SHARE * len(rows) else [row for row in rows if id(row) not in shared]
 
 
 def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[float, float]]:
     """Threads -> (seconds, seconds per byte): the non-negative fit of ``seconds + bytes x seconds
-    per byte`` to the ``gemm_cold`` points' cold-less-warm times (:func:`unshared`), in least squares of the log of
-    their ratio, which weighs a fit twice a point's time as it does one half of it.
+    per byte`` to the ``gemm_cold`` points' cold-less-warm times (:func:`unshared`), in least squares
+    of the log of their ratio, which weighs a fit twice a point's time as it does one half of it.
 
     Least squares of the relative error ``fit / measured - 1`` did not: it costs at most 1 where
     the fit is below a point, without bound where it is above, so the few points a flush barely
