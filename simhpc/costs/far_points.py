@@ -48,7 +48,7 @@ def far_round_trip(cal: Calibration, rows: list[Row]) -> float | None:
     reading (of the rows, and of the run's ``round trip before points`` probe) times the probe's far
     threshold, or :data:`FAR_RATIO` where it has none (a merged file keeps its rows' readings, not
     the probe); None where no row records a reading."""
-    readings = [row["round_trip_s"] for row in rows if _positive(row.get("round_trip_s"))]
+    readings = [row["round_trip_s"] for row in rows if "round_trip_s" in row]  # checked when the file was read
     if not readings:
         return None
     probe = (cal.data.get("probes") or {}).get("round trip before points")
