@@ -44,10 +44,13 @@ def _op(name: str, ts: float, dur: float, dims: list, types: list | None = None,
                      "Concrete Inputs": concrete or [""] * len(dims)}}
 
 
-def _predictions(events: list[dict], first_touch: bool = True) -> dict[str, list]:
+def _predictions(events: list[dict], first_touch: bool = True, plain: bool = False) -> dict[str, list]:
+    """Each op's predictions by name, in a one-step trace by ``capture.py`` (``simhpc_capture``: only
+    the blocks glibc maps afresh are charged) or, ``plain``, by a plain profiling script."""
     step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100_000,
             "cat": "user_annotation"}
-    trace = parse_trace({"traceEvents": [step, *events]}, "mem.json")
+    metadata = {} if plain else {"simhpc_capture": {"model": "test"}}
+    trace = parse_trace({"traceEvents": [step, *events], **metadata}, "mem.json")
     efficiency = _calibration(first_touch)
     cpu, _ = host_specs(efficiency.calibration)
     comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
@@ -176,23 +179,44 @@ def test_the_report_states_the_page_faults_it_predicts(tmp_path: Path) -> None:
 
 
 def test_a_trace_without_its_allocator_settings_states_the_heap_faults_it_may_hide(tmp_path: Path) -> None:
-    """Heap blocks of 1 to 32 MiB are not charged, but a trace that does not record its malloc
-    settings reports what they would cost if all came fresh (and a note when that is 5 % of its
-    step or more); a capture by ``validation/traces/capture.py`` (``simhpc_capture``) does not."""
+    """A plain script's trace without memory events is charged its step's largest heap block
+    (:func:`largest_heap_writes`) and reports what its other heap blocks of 1 to 32 MiB would cost if
+    they came fresh too (a note when that is 5 % of its step or more); a capture by
+    ``validation/traces/capture.py`` (``simhpc_capture``), run with freed memory kept, neither."""
     step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000,
             "cat": "user_annotation"}
+    medium = [16, 64, 28, 28]  # 3.2 MB
     events = [step, _op("aten::clamp_min", 11, 9_000, [SMALL, []], ["float", "Scalar"], ["", "0"]),
-              _op("aten::clamp_min", 9_100, 10, [[16, 16], []], ["float", "Scalar"], ["", "0"])]
+              _op("aten::clamp_min", 9_100, 2_000, [medium, []], ["float", "Scalar"], ["", "0"]),
+              _op("aten::clamp_min", 11_200, 10, [[16, 16], []], ["float", "Scalar"], ["", "0"])]
     calibration = tmp_path / "cal.json"
     calibration.write_text(json.dumps(_calibration_data()))
     runner = CliRunner()
-    for name, metadata, exposed in (("plain", {}, _pages(SMALL) * PER_PAGE_S),
-                                    ("captured", {"simhpc_capture": {"model": "x"}}, None)):
+    for name, metadata, charged, exposed in (
+            ("plain", {}, _pages(SMALL) * PER_PAGE_S, _pages(medium) * PER_PAGE_S),
+            ("captured", {"simhpc_capture": {"model": "x"}}, 0.0, None)):
         trace = tmp_path / f"{name}.json"
         trace.write_text(json.dumps({"traceEvents": events, **metadata}))
         arguments = ["compare", str(trace), "--threads", "1", "--calibration", str(calibration)]
         summary = json.loads(runner.invoke(main, [*arguments, "--json", "-o", str(tmp_path / name)]).stdout)
         assert summary["heap_faults_if_fresh_s"] == (exposed if exposed is None else pytest.approx(exposed))
-        assert summary["first_touch_s"] == 0
-        text = runner.invoke(main, [*arguments, "-o", str(tmp_path / f"{name}-text")]).output
-        assert ("heap trims" in " ".join(text.split())) == (exposed is not None)
+        assert summary["first_touch_s"] == pytest.approx(charged)
+        assert summary["first_touch_basis"] == ("shapes and heap growth" if exposed else "shapes")
+        text = " ".join(runner.invoke(main, [*arguments, "-o", str(tmp_path / f"{name}-text")]).output.split())
+        assert ("heap trims" in text) == (exposed is not None)
+        assert ("each step's largest heap blocks" in text) == (exposed is not None)
+
+
+def test_a_plain_scripts_step_writes_its_largest_heap_blocks_into_new_pages() -> None:
+    """Under the profiler the heap grows: in each profiled step of a plain script's trace every heap
+    block (1 to 32 MiB) of the step's largest size is charged its pages, smaller ones and blocks of
+    32 MiB or more (charged anyway) aside; in a capture by ``capture.py`` only the latter."""
+    medium = [16, 64, 28, 28]
+    events = [_op("aten::clamp_min", 10 + 20_000 * i, 9_000, [shape, []], ["float", "Scalar"], ["", "0"])
+              for i, shape in enumerate((SMALL, medium, SMALL, LARGE))]
+    by_name = _predictions(events, plain=True)
+    charged = [p.first_touch_s for p in by_name["aten::clamp_min"]]
+    small, large = _pages(SMALL) * PER_PAGE_S, _pages(LARGE) * PER_PAGE_S
+    assert charged == [pytest.approx(small), 0.0, pytest.approx(small), pytest.approx(large)]
+    captured = [p.first_touch_s for p in _predictions(events)["aten::clamp_min"]]
+    assert captured == [0.0, 0.0, 0.0, pytest.approx(large)]

@@ -131,6 +131,9 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             why = ("tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' predictions; a large "
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
                    "before decides, which a trace without memory events does not record)")
+            if comparison.first_touch_basis == "shapes and heap growth":
+                why += (", and each profiled step's largest heap blocks (1 to 32 MiB), which the heap's growth "
+                        "under the profiler puts on new pages")
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing {why}"
@@ -155,11 +158,14 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
             "page faults if all were, beyond those predicted (validation/traces/capture.py keeps freed memory)"
         )
-    if comparison.steps and comparison.first_touch_basis == "shapes":
+    if comparison.steps and comparison.first_touch_basis != "memory events":
+        grown = comparison.first_touch_basis == "shapes and heap growth"
+        estimated = ("estimated as each step's largest heap blocks" if grown
+                     else "predicted only for blocks of 32 MiB or more")
         console.print(
             "note: the trace has no allocation events (profile with profile_memory=True): under the profiler a "
-            "training loop's heap grows, and the page faults of the tensors written into its new pages are "
-            "predicted only for blocks of 32 MiB or more (validation/README.md, session 32)"
+            f"training loop's heap grows, and the tensors written into its new pages are {estimated} "
+            "(validation/README.md, sessions 32 and 34)"
         )
     kinds = Table(title="per op kind (ops with a kernel; self time)", title_justify="left")
     for column in ("kind", "ops", "measured", "predicted", "error", "MAPE", "repeats"):

@@ -27,7 +27,7 @@ from simhpc.costs.opnames import COMPOSITE, UNCOVERED, base_name
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions
 from simhpc.trace.framework_costs import cost_after, subtree_footprint
-from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes
+from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes, largest_heap_writes
 from simhpc.trace.fresh_pages import PAGE_BYTES, capture_page_faults, fresh_writes_from_events
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops, outside_ops, uneven_steps
 from simhpc.trace.product_reuse import charge_products
@@ -122,8 +122,10 @@ class Comparison:
     (:func:`~simhpc.trace.fresh_pages.capture_page_faults`), to hold ``fresh_pages_per_step`` against."""
     first_touch_basis: str = "shapes"
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
-    :mod:`simhpc.trace.fresh_pages`) or ``shapes`` (blocks of 32 MiB or more,
-    :mod:`simhpc.trace.fresh_memory`)."""
+    :mod:`simhpc.trace.fresh_pages`), ``shapes`` (blocks of 32 MiB or more,
+    :mod:`simhpc.trace.fresh_memory`) or ``shapes and heap growth`` (those and, in a plain script's
+    profiled steps, the blocks of each step's largest heap size,
+    :func:`~simhpc.trace.fresh_memory.largest_heap_writes`)."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_events: dict[str, int] = field(default_factory=dict)
@@ -358,11 +360,20 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         fresh = fresh_writes_from_events(trace, kernels, first_touch(PAGE_BYTES, threads))
     else:
         fresh = fresh_writes(trace, kernels)
+        if _first_touch_basis(trace) == "shapes and heap growth":
+            fresh.update(largest_heap_writes(trace, kernels))
     for index, nbytes in fresh.items():
         prediction = carrying[index]
         prediction.fresh_bytes = nbytes
         prediction.first_touch_s = first_touch(nbytes, threads)
         prediction.predicted_s += prediction.first_touch_s
+
+
+def _first_touch_basis(trace: Trace) -> str:
+    """What :func:`_add_first_touch` found ``trace``'s fresh pages by (``Comparison.first_touch_basis``)."""
+    if trace.memory:
+        return "memory events"
+    return "shapes" if allocator_recorded(trace) or not trace.steps else "shapes and heap growth"
 
 
 def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int,
@@ -418,7 +429,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
             notes[OTHER_DTYPE] = borrowed
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
                             outside_ops(trace), call_gaps, heap_faults,
-                            first_touch_basis="memory events" if trace.memory else "shapes",
+                            first_touch_basis=_first_touch_basis(trace),
                             capture_page_faults_per_step=_per_step(capture_page_faults(trace), len(trace.steps)),
                             skipped_events=skipped, notes=notes)
     groups: dict[str, list[OpPrediction]] = defaultdict(list)

@@ -3,11 +3,20 @@
 ``capture.py`` runs with freed memory kept, records its thread count, and keeps the fastest of
 several captures taken in one process. This script does none of that: one process, one capture,
 ``record_shapes=True`` (and ``profile_memory=True`` unless ``--no-memory``), ten profiled steps after
-one waiting and one warm-up step. Two models the cost model was not developed on (needs torch):
+one waiting and one warm-up step. It prints the page faults ``getrusage`` counted in each step
+(what ``compare`` charges fresh pages against; the trace does not record them). Models the cost
+model was not developed on (needs torch):
 
 - ``vit``: three pre-norm encoder layers of width 192 (GELU) over 16 patches of a 32 x 32 image
   (an 8 x 8 stride-8 convolution), batch 32, 100 classes;
-- ``mixer``: a 512-1024-1024-10 MLP with GELU, LayerNorm, SiLU and dropout, batch 128.
+- ``mixer``: a 512-1024-1024-10 MLP with GELU, LayerNorm, SiLU and dropout, batch 128;
+- ``encoder``: two post-norm encoder layers of width 256 (4 heads, 1024 wide, dropout 0.1) over 64
+  tokens, batch 16, mean-pooled into a 10-class head;
+- ``convnet``: three 3 x 3 convolutions (32, 64, 64 channels; batch norm, ReLU, one 2 x 2 max-pool)
+  over 32 x 32 images, batch 32, average-pooled into a 10-class head;
+- ``lstm``: a two-layer LSTM (128 in, 256 hidden) over 20 steps, batch 32, its last output into a
+  10-class head;
+- ``wide_mlp``: a 784-2048-2048-10 ReLU MLP, batch 256.
 
     .venv/bin/python validation/traces/plain_capture.py vit --threads 2 --out runs/plain/vit_t2.json
     .venv/bin/simhpc compare runs/plain/vit_t2.json --threads 2
@@ -16,6 +25,7 @@ one waiting and one warm-up step. Two models the cost model was not developed on
 from __future__ import annotations
 
 import argparse
+import resource
 from pathlib import Path
 
 import torch
@@ -40,10 +50,51 @@ class ViT(nn.Module):
         return self.head(self.norm(self.blocks(tokens)).mean(1))
 
 
+class PooledEncoder(nn.Module):
+    """Post-norm encoder layers, mean-pooled over the tokens into a classifier head."""
+
+    def __init__(self, width: int = 256, depth: int = 2, classes: int = 10) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.1, batch_first=True)
+        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(tokens).mean(1))
+
+
+class LastStepLSTM(nn.Module):
+    """A stacked LSTM whose last step's output feeds a classifier head."""
+
+    def __init__(self, width: int = 128, hidden: int = 256, classes: int = 10) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(width, hidden, 2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(sequence)[0][:, -1])
+
+
+MODELS = ("vit", "mixer", "encoder", "convnet", "lstm", "wide_mlp")
+
+
 def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """The model named ``name`` and one batch of inputs and labels for it."""
+    """The model named ``name`` (one of :data:`MODELS`) and one batch of inputs and labels for it."""
     if name == "vit":
         return ViT(), torch.randn(32, 3, 32, 32), torch.randint(0, 100, (32,))
+    if name == "encoder":
+        return PooledEncoder(), torch.randn(16, 64, 256), torch.randint(0, 10, (16,))
+    if name == "convnet":
+        convnet = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                                nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                                nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                nn.Linear(64, 10))
+        return convnet, torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    if name == "lstm":
+        return LastStepLSTM(), torch.randn(32, 20, 128), torch.randint(0, 10, (32,))
+    if name == "wide_mlp":
+        wide = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+        return wide, torch.randn(256, 784), torch.randint(0, 10, (256,))
     mixer = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.LayerNorm(1024), nn.Linear(1024, 1024), nn.SiLU(),
                           nn.Dropout(0.1), nn.Linear(1024, 10))
     return mixer, torch.randn(128, 512), torch.randint(0, 10, (128,))
@@ -51,7 +102,7 @@ def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=["vit", "mixer"])
+    parser.add_argument("model", choices=MODELS)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-memory", action="store_true", help="without profile_memory (no allocation events)")
@@ -62,14 +113,17 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=not args.no_memory,
                  schedule=schedule(wait=1, warmup=1, active=10)) as prof:
+        faults = []
         for _ in range(12):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(images), labels).backward()
             optimizer.step()
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
             prof.step()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(args.out))
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}; page faults a step, the profiled ones last: {faults}")
 
 
 if __name__ == "__main__":
