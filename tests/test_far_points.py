@@ -145,6 +145,17 @@ def test_compare_times_a_product_measured_far_at_its_near_speed() -> None:
     assert slow.gemm_fraction(head, 2) < 0.7 * near  # as measured: far slower
 
 
+def _read_near(folder: Path) -> Path:
+    """The committed calibration with its multi-thread GEMM points read near, written in ``folder``."""
+    data = json.loads(Path(COMMITTED_CALIBRATION).read_text(encoding="utf-8"))
+    for row in data["kernels"]["gemm"]:
+        if row["threads"] > 1:
+            row["round_trip_s"] = NEAR
+    calibration = folder / "cal.json"
+    calibration.write_text(json.dumps(data))
+    return calibration
+
+
 @pytest.mark.parametrize("round_trips, cores", [([330e-9, 340e-9], "far"), ([60e-9, 340e-9], "near"), (None, "near")])
 def test_compare_times_products_in_the_state_the_capture_read(tmp_path: Path, round_trips: list | None,
                                                               cores: str) -> None:
@@ -153,12 +164,7 @@ def test_compare_times_products_in_the_state_the_capture_read(tmp_path: Path, ro
     from simhpc.cli.main import main
     from tests.test_fresh_memory import _op
 
-    data = json.loads(Path(COMMITTED_CALIBRATION).read_text(encoding="utf-8"))
-    for row in data["kernels"]["gemm"]:
-        if row["threads"] > 1:
-            row["round_trip_s"] = NEAR
-    calibration = tmp_path / "cal.json"
-    calibration.write_text(json.dumps(data))
+    calibration = _read_near(tmp_path)
     step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
     trace = {"traceEvents": [step, _op("aten::mm", 100, 500, [[64, 512], [512, 512]])], "num_threads": 2}
     if round_trips is not None:
@@ -169,3 +175,23 @@ def test_compare_times_products_in_the_state_the_capture_read(tmp_path: Path, ro
                                        "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["cores"] == cores
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_report_names_the_cores_state_only_for_a_multi_thread_trace(tmp_path: Path, threads: int) -> None:
+    """A 1-thread trace is timed from 1-thread points: its report does not say in which state the
+    multi-thread ones were taken."""
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+    from tests.test_fresh_memory import _op
+
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    trace = {"traceEvents": [step, _op("aten::mm", 100, 500, [[64, 512], [512, 512]])], "num_threads": threads,
+             "simhpc_capture": {"peer_round_trip_s": [330e-9, 340e-9]}}
+    path = tmp_path / "mm.json"
+    path.write_text(json.dumps(trace))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(_read_near(tmp_path)),
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert ("the cores far apart" in " ".join(result.output.split())) == (threads > 1)

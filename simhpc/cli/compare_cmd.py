@@ -88,8 +88,11 @@ _THREADS_FROM = {
 }
 
 
-def _distance_note(cores: str, estimated: int) -> str:
-    """What the report's first line says of the products measured in the other state of the cores."""
+def _distance_note(cores: str, estimated: int, threads: int) -> str:
+    """What the report's first line says of the products measured in the other state of the cores
+    (nothing for a 1-thread trace, timed from 1-thread points)."""
+    if threads <= 1:
+        return ""
     if cores == "far":
         return (f" (the cores far apart, as the capture read them: {estimated} multi-thread ones measured near "
                 "taken at their far speed-up)")
@@ -106,7 +109,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
-        + _distance_note(summary["cores"], summary["distance_estimated_products"])
+        + _distance_note(summary["cores"], summary["distance_estimated_products"], comparison.threads)
     )
     what = "step time" if summary["steps"] else "time from the first op to the last"
     console.print(
