@@ -220,3 +220,18 @@ def test_a_plain_scripts_step_writes_its_largest_heap_blocks_into_new_pages() ->
     assert charged == [pytest.approx(small), 0.0, pytest.approx(small), pytest.approx(large)]
     captured = [p.first_touch_s for p in _predictions(events)["aten::clamp_min"]]
     assert captured == [0.0, 0.0, 0.0, pytest.approx(large)]
+
+
+def test_a_plain_trace_without_steps_is_charged_its_largest_heap_blocks_as_one_step() -> None:
+    """A plain script that profiles without ``prof.step()`` marks no steps: the trace's largest
+    heap blocks, in every iteration it holds, are charged."""
+    medium = [16, 64, 28, 28]
+    events = [_op("aten::clamp_min", 10 + 20_000 * i, 9_000, [shape, []], ["float", "Scalar"], ["", "0"])
+              for i, shape in enumerate((SMALL, medium, SMALL, medium))]
+    trace = parse_trace({"traceEvents": events}, "plain.json")
+    efficiency = _calibration()
+    cpu, _ = host_specs(efficiency.calibration)
+    comparison = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    assert not trace.steps and comparison.first_touch_basis == "shapes and heap growth"
+    small = pytest.approx(_pages(SMALL) * PER_PAGE_S)
+    assert [p.first_touch_s for p in comparison.predictions] == [small, 0.0, small, 0.0]

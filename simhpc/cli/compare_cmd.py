@@ -135,8 +135,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
                    "before decides, which a trace without memory events does not record)")
             if comparison.first_touch_basis == "shapes and heap growth":
-                why += (", and each profiled step's largest heap blocks (1 to 32 MiB), which the heap's growth "
-                        "under the profiler puts on new pages")
+                why += (", and each profiled step's largest heap blocks (1 to 32 MiB; the trace's, where it marks "
+                        "no steps), which the heap's growth under the profiler puts on new pages")
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing {why}"
@@ -161,8 +161,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
             "page faults if all were, beyond those predicted (validation/traces/capture.py keeps freed memory)"
         )
-    if comparison.steps and comparison.first_touch_basis != "memory events":
-        grown = comparison.first_touch_basis == "shapes and heap growth"
+    grown = comparison.first_touch_basis == "shapes and heap growth"
+    if grown or (comparison.steps and comparison.first_touch_basis == "shapes"):
         estimated = ("estimated as each step's largest heap blocks" if grown
                      else "predicted only for blocks of 32 MiB or more")
         console.print(

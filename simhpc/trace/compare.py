@@ -124,7 +124,7 @@ class Comparison:
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
     :mod:`simhpc.trace.fresh_pages`), ``shapes`` (blocks of 32 MiB or more,
     :mod:`simhpc.trace.fresh_memory`) or ``shapes and heap growth`` (those and, in a plain script's
-    profiled steps, the blocks of each step's largest heap size,
+    trace, the blocks of each profiled step's largest heap size,
     :func:`~simhpc.trace.fresh_memory.largest_heap_writes`)."""
     kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     unmodelled: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -373,7 +373,7 @@ def _first_touch_basis(trace: Trace) -> str:
     """What :func:`_add_first_touch` found ``trace``'s fresh pages by (``Comparison.first_touch_basis``)."""
     if trace.memory:
         return "memory events"
-    return "shapes" if allocator_recorded(trace) or not trace.steps else "shapes and heap growth"
+    return "shapes" if allocator_recorded(trace) else "shapes and heap growth"
 
 
 def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int,

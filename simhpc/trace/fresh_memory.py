@@ -153,7 +153,8 @@ def heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
 
 def largest_heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int, float]:
     """Op index -> bytes of the heap blocks a profiled step of a plain script writes into new pages:
-    in each profiler step, those of its largest heap size (:func:`heap_writes`).
+    in each profiler step (the whole trace where it marks none), those of its largest heap size
+    (:func:`heap_writes`).
 
     Under the profiler a training loop's heap grows every step: the profiler's records, kept until
     the trace is exported, take the holes freed tensors leave (:mod:`simhpc.trace.fresh_pages`).
@@ -166,8 +167,8 @@ def largest_heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int,
     counted 4225-4609, 3072 and 14 336 page faults a step of these models profiled without the
     events, 4608, 3072 and 14 336 pages of such blocks. Where neighbouring holes merge into one
     large enough (a small CNN's 8 MB activations: 3-4 of its 10 a step) this overcharges."""
-    heap = {index: nbytes for index, nbytes in heap_writes(trace, kernels).items() if trace.ops[index].step is not None}
-    largest: dict[int, float] = {}
+    heap = heap_writes(trace, kernels)
+    largest: dict[int | None, float] = {}
     for index, nbytes in heap.items():
         step = trace.ops[index].step
         largest[step] = max(largest.get(step, 0.0), nbytes)
