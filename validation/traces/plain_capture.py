@@ -3,7 +3,8 @@
 ``capture.py`` runs with freed memory kept, records its thread count, and keeps the fastest of
 several captures taken in one process. This script does none of that: one process, one capture,
 ``record_shapes=True`` (and ``profile_memory=True`` unless ``--no-memory``), ten profiled steps after
-one waiting and one warm-up step. It prints the page faults ``getrusage`` counted in each step
+one waiting and one warm-up step (training steps, or with ``--inference SCALE`` forward passes in
+eval mode under ``no_grad`` on SCALE times the batch). It prints the page faults ``getrusage`` counted in each step
 (what ``compare`` charges fresh pages against; the trace does not record them). Models the cost
 model was not developed on (needs torch):
 
@@ -106,19 +107,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-memory", action="store_true", help="without profile_memory (no allocation events)")
+    parser.add_argument("--inference", type=int, metavar="SCALE", default=0,
+                        help="forward passes only (eval mode, no_grad), on SCALE times the batch")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model, images, labels = model_and_batch(args.model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if args.inference:
+        model.eval()
+        images = images.repeat(args.inference, *[1] * (images.dim() - 1))
+
+    def step() -> None:
+        if args.inference:
+            with torch.no_grad():
+                model(images)
+            return
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=not args.no_memory,
                  schedule=schedule(wait=1, warmup=1, active=10)) as prof:
         faults = []
         for _ in range(12):
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(images), labels).backward()
-            optimizer.step()
+            step()
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
             prof.step()
     args.out.parent.mkdir(parents=True, exist_ok=True)
