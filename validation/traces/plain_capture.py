@@ -2,9 +2,10 @@
 
 ``capture.py`` runs with freed memory kept, records its thread count, and keeps the fastest of
 several captures taken in one process. This script does none of that: one process, one capture,
-``record_shapes=True`` (and ``profile_memory=True`` unless ``--no-memory``), ten profiled steps after
-one waiting and one warm-up step (training steps, or with ``--inference SCALE`` forward passes in
-eval mode under ``no_grad`` on SCALE times the batch). It prints the page faults ``getrusage`` counted in each step
+AdamW (``--optimizer sgd``: SGD), ``record_shapes=True`` (and ``profile_memory=True`` unless
+``--no-memory``), ten profiled steps after one waiting and one warm-up step (training steps, or
+with ``--inference SCALE`` forward passes in eval mode under ``no_grad`` on SCALE times the batch).
+It prints the page faults ``getrusage`` counted in each step
 (what ``compare`` charges fresh pages against; the trace does not record them). Models the cost
 model was not developed on (needs torch):
 
@@ -17,7 +18,16 @@ model was not developed on (needs torch):
   over 32 x 32 images, batch 32, average-pooled into a 10-class head;
 - ``lstm``: a two-layer LSTM (128 in, 256 hidden) over 20 steps, batch 32, its last output into a
   10-class head;
-- ``wide_mlp``: a 784-2048-2048-10 ReLU MLP, batch 256.
+- ``wide_mlp``: a 784-2048-2048-10 ReLU MLP, batch 256;
+- ``residual``: a 48-channel 3 x 3 stem and two residual blocks (two convolutions with batch norm
+  each) over 32 x 32 images, batch 16, average-pooled into a 10-class head;
+- ``gru``: one GRU layer (64 in, 512 hidden) over 30 steps, batch 64, its last output into a head;
+- ``wide_encoder``: two pre-norm encoder layers of width 384 (6 heads, 1536 wide) over 128 tokens,
+  batch 8, the first token into a 10-class head;
+- ``ln_mlp``: a 256-1536-1536-100 MLP with LayerNorm, GELU, dropout and Tanh, batch 64.
+
+The last four were added after the rule that charges a plain trace's heap growth
+(``simhpc.trace.fresh_memory.largest_heap_writes``) was fitted on the others, to check it.
 
     .venv/bin/python validation/traces/plain_capture.py vit --threads 2 --out runs/plain/vit_t2.json
     .venv/bin/simhpc compare runs/plain/vit_t2.json --threads 2
@@ -76,7 +86,51 @@ class LastStepLSTM(nn.Module):
         return self.head(self.rnn(sequence)[0][:, -1])
 
 
-MODELS = ("vit", "mixer", "encoder", "convnet", "lstm", "wide_mlp")
+class Residual(nn.Module):
+    """A convolution stem and two residual blocks, average-pooled into a classifier head."""
+
+    def __init__(self, channels: int = 48, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+            for _ in range(2))
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.stem(images))
+        for block in self.blocks:
+            features = torch.relu(features + block(features))
+        return self.head(features.mean((2, 3)))
+
+
+class FirstToken(nn.Module):
+    """Pre-norm encoder layers whose first token's output feeds a classifier head."""
+
+    def __init__(self, width: int = 384, classes: int = 10) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(width, 6, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(tokens)[:, 0])
+
+
+class LastStepGRU(nn.Module):
+    """A GRU whose last step's output feeds a classifier head."""
+
+    def __init__(self, width: int = 64, hidden: int = 512, classes: int = 10) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(width, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(sequence)[0][:, -1])
+
+
+MODELS = ("vit", "mixer", "encoder", "convnet", "lstm", "wide_mlp", "residual", "gru", "wide_encoder", "ln_mlp")
 
 
 def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -93,6 +147,16 @@ def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         return convnet, torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
     if name == "lstm":
         return LastStepLSTM(), torch.randn(32, 20, 128), torch.randint(0, 10, (32,))
+    if name == "residual":
+        return Residual(), torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    if name == "gru":
+        return LastStepGRU(), torch.randn(64, 30, 64), torch.randint(0, 10, (64,))
+    if name == "wide_encoder":
+        return FirstToken(), torch.randn(8, 128, 384), torch.randint(0, 10, (8,))
+    if name == "ln_mlp":
+        mlp = nn.Sequential(nn.Linear(256, 1536), nn.LayerNorm(1536), nn.GELU(), nn.Dropout(0.1),
+                            nn.Linear(1536, 1536), nn.Tanh(), nn.Linear(1536, 100))
+        return mlp, torch.randn(64, 256), torch.randint(0, 100, (64,))
     if name == "wide_mlp":
         wide = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
         return wide, torch.randn(256, 784), torch.randint(0, 10, (256,))
@@ -107,13 +171,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-memory", action="store_true", help="without profile_memory (no allocation events)")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help="SGD: with momentum 0.9")
     parser.add_argument("--inference", type=int, metavar="SCALE", default=0,
                         help="forward passes only (eval mode, no_grad), on SCALE times the batch")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model, images, labels = model_and_batch(args.model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = (torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9) if args.optimizer == "sgd"
+                 else torch.optim.AdamW(model.parameters(), lr=1e-3))
     if args.inference:
         model.eval()
         images = images.repeat(args.inference, *[1] * (images.dim() - 1))
