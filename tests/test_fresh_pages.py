@@ -314,3 +314,13 @@ def test_the_report_says_when_a_profiled_trace_has_no_allocation_events(tmp_path
         trace.write_text(json.dumps({"traceEvents": events + memory}))
         text = CliRunner().invoke(main, ["compare", str(trace), "--threads", "1", "-o", str(tmp_path / name)]).output
         assert ("no allocation events" in " ".join(text.split())) == (not memory), name
+
+
+def test_the_fault_pool_script_prints_a_cost_a_page_for_each_block(monkeypatch, capsys) -> None:
+    """``fault_pool.py`` writes fresh blocks without freeing them and prints each one's cost a page."""
+    pool = _script("fault_pool")
+    monkeypatch.setattr("sys.argv", ["fault_pool.py", "--blocks", "3", "--block-mib", "1"])
+    pool.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2", "3"]
+    assert all(0 < float(line.split()[-4]) < 1000 for line in lines)
