@@ -135,8 +135,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
                    "before decides, which a trace without memory events does not record)")
             if comparison.first_touch_basis == "shapes and heap growth":
-                why += (", and each profiled step's largest heap blocks (1 to 32 MiB; the trace's, where it marks "
-                        "no steps), which the heap's growth under the profiler puts on new pages")
+                why += ("; or, in each profiled step (the whole trace where it marks none), the blocks of its "
+                        "largest heap size (1 to 32 MiB), which the heap's growth under the profiler puts on new pages")
         console.print(
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing {why}"
