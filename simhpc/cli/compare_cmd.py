@@ -20,7 +20,7 @@ from simhpc.errors import SimhpcError
 from simhpc.hardware.host import detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
-from simhpc.trace.compare import Comparison, compare_trace, default_blas
+from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
@@ -125,6 +125,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             "(between two calls from Python or from the autograd engine; a step's start and its backward's "
             "entry and exit by the bytes moved since they last ran)"
         )
+    grown = comparison.first_touch_basis == HEAP_GROWTH
     if comparison.first_touch_step_s > 0:
         fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
         if comparison.first_touch_basis == "memory events":
@@ -134,7 +135,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             why = ("tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' predictions; a large "
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
                    "before decides, which a trace without memory events does not record)")
-            if comparison.first_touch_basis == "shapes and heap growth":
+            if grown:
                 why += ("; or, in each profiled step (the whole trace where it marks none), the blocks of its "
                         "largest heap size (1 to 32 MiB), which the heap's growth under the profiler puts on new pages")
         console.print(
@@ -161,7 +162,6 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"1 to 32 MiB are often written into fresh pages too (heap trims): {format_time(exposed)} a step of "
             "page faults if all were, beyond those predicted (validation/traces/capture.py keeps freed memory)"
         )
-    grown = comparison.first_touch_basis == "shapes and heap growth"
     if grown or (comparison.steps and comparison.first_touch_basis == "shapes"):
         estimated = ("estimated as each step's largest heap blocks" if grown
                      else "predicted only for blocks of 32 MiB or more")

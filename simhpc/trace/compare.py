@@ -360,7 +360,7 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         fresh = fresh_writes_from_events(trace, kernels, first_touch(PAGE_BYTES, threads))
     else:
         fresh = fresh_writes(trace, kernels)
-        if _first_touch_basis(trace) == "shapes and heap growth":
+        if _first_touch_basis(trace) == HEAP_GROWTH:
             fresh.update(largest_heap_writes(trace, kernels))
     for index, nbytes in fresh.items():
         prediction = carrying[index]
@@ -369,11 +369,17 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         prediction.predicted_s += prediction.first_touch_s
 
 
+HEAP_GROWTH = "shapes and heap growth"
+"""``Comparison.first_touch_basis`` of a plain script's trace without memory events: the blocks of
+32 MiB or more and each profiled step's largest heap blocks
+(:func:`~simhpc.trace.fresh_memory.largest_heap_writes`)."""
+
+
 def _first_touch_basis(trace: Trace) -> str:
     """What :func:`_add_first_touch` found ``trace``'s fresh pages by (``Comparison.first_touch_basis``)."""
     if trace.memory:
         return "memory events"
-    return "shapes" if allocator_recorded(trace) else "shapes and heap growth"
+    return "shapes" if allocator_recorded(trace) else HEAP_GROWTH
 
 
 def _heap_faults_if_fresh(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int,
