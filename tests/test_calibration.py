@@ -1228,6 +1228,81 @@ def test_transposed_products_use_the_points_of_their_layout(tmp_path: Path) -> N
         validate(data, "bad.json")
 
 
+def test_matrix_vector_products_use_their_own_points(tmp_path: Path) -> None:
+    """A product with m = 1 or n = 1 is timed from the matrix-vector points of its side (and layout,
+    else another layout's), never from the grid's narrow products; without such points, batched
+    or as a convolution it is timed as before."""
+    data = synthetic()
+    before = CalibratedEfficiency(tmp_calibration(tmp_path / "grid.json", data), gemm_method="linear")
+    for layout in ("nn", "nt"):
+        for rows in (16, 64, 256, 1024):
+            for k in (16, 64, 256, 1024):
+                # streaming the matrix at 50 GB/s: no function of the grid's points
+                data["kernels"]["gemm"] += [
+                    {"dtype": "fp32", "threads": t, "batch": 1, "m": m, "n": n, "k": k, "layout": layout,
+                     "time_s": 4.0 * rows * k / 50e9 * (2.0 if layout == "nt" else 1.0), "spread_s": 0.0}
+                    for t in (1, 4) for m, n in ((1, rows), (rows, 1))]
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "vectors.json", data), gemm_method="linear")
+    for m, n in ((1, 256), (256, 1)):
+        vector = Gemm(dtype="fp32", m=m, n=n, k=64)
+        assert efficiency.host_time(vector, 4) == pytest.approx(4.0 * 256 * 64 / 50e9, rel=1e-6)
+        assert efficiency.host_time(dataclasses.replace(vector, layout="nt"), 4) == pytest.approx(
+            2.0 * 4.0 * 256 * 64 / 50e9, rel=1e-6)
+        assert efficiency.host_time(dataclasses.replace(vector, layout="tn"), 4) == efficiency.host_time(vector, 4)
+        assert efficiency.host_time(vector, 4) != before.host_time(vector, 4)
+        for other in (dataclasses.replace(vector, batch=8), dataclasses.replace(vector, conv="forward")):
+            assert efficiency.host_time(other, 4) == before.host_time(other, 4)
+    narrow = Gemm(dtype="fp32", m=256, n=16, k=64)
+    assert efficiency.host_time(narrow, 4) == before.host_time(narrow, 4)
+
+
+def test_committed_calibration_times_matrix_vector_products_as_measured() -> None:
+    """On the committed Zen 4 guest's calibration a matrix-vector product takes a fraction of a
+    product four columns wide (MKL's gemv streams the matrix once), at about the rate of its
+    measured neighbours, and the points of a side give its products between them."""
+    cal = load_calibration(ROOT / "validation" / "calibration" / "epyc-zen4.json")
+    efficiency = CalibratedEfficiency(cal, blas="torch")
+    points = {(r["m"], r["n"], r["k"], r.get("layout", "nn"), r["threads"]): r["time_s"]
+              for r in cal.rows("gemm") if r.get("blas") == "torch" and r["batch"] == 1}
+    assert points[(1024, 1, 1024, "nn", 1)] < points[(1024, 4, 1024, "nn", 1)] / 5
+    for threads in (1, 2):
+        for m, n, k in ((1, 1024, 1024), (1024, 1, 1024), (1, 128, 4096), (4096, 1, 128)):
+            measured = points[(m, n, k, "nt", threads)]
+            assert efficiency.host_time(Gemm(dtype="fp32", m=m, n=n, k=k, layout="nt"), threads) == pytest.approx(
+                measured, rel=0.15)
+        between = efficiency.host_time(Gemm(dtype="fp32", m=1, n=512, k=512, layout="nt"), threads)
+        assert points[(1, 128, 1024, "nt", threads)] < between < points[(1, 1024, 1024, "nt", threads)]
+
+
+def test_microbench_matrix_vector_shapes() -> None:
+    """Both sides, three layouts, the matrix at most ``VECTOR_MAX_ELEMENTS``; one point in quick mode."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    gemm = load_submodule("gemm")
+    shapes = gemm.vector_shapes()
+    assert len(shapes) == len(set(shapes)) == 2 * 3 * 16
+    assert all(min(m, n) == 1 and max(m, n) * k <= gemm.VECTOR_MAX_ELEMENTS for m, n, k, _ in shapes)
+    assert {layout for *_, layout in shapes} == {"nn", "nt", "tn"}
+    assert {(m == 1, n == 1) for m, n, _, _ in shapes} == {(True, False), (False, True)}
+    assert len(gemm.vector_shapes(quick=True)) == 1
+
+
+def test_unseen_matrix_vector_products_are_traced_as_vectors() -> None:
+    """``unseen_shapes.py vectors`` hands the cost model what a trace would: every product has a
+    vector side, its layout read from the strides (a vector is never a transposed operand)."""
+    pytest.importorskip("torch")
+    script = ROOT / "validation" / "calibration" / "unseen_shapes.py"
+    spec = importlib.util.spec_from_file_location("unseen_shapes", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    products = list(module._vectors())
+    assert len(products) == 2 * len(module.VECTORS)
+    for label, call, traced, _ in products:
+        assert min(traced.m, traced.n) == 1 and traced.batch == 1, label
+        assert traced.layout == ("nt" if label.endswith("fwd nt") else "nn"), label
+        assert tuple(call().shape) == (traced.m, traced.n), label
+
+
 def test_interleaved_products_use_their_own_points_else_their_layouts(tmp_path: Path) -> None:
     """Batched products with interleaved operands are timed from points measured so; an
     interleaving the calibration did not measure falls back to the points of the layout."""

@@ -87,7 +87,7 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
     """Time real kernels on this machine and write a calibration file.
 
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
-    1 and all threads; points tagged with their 'blas'; narrow, cold and 16-bit products),
+    1 and all threads; points tagged with their 'blas'; narrow, matrix-vector, cold and 16-bit products),
     with torch also convolutions, fused attention, LSTM layers, pooling and ATen pointwise ops;
     elementwise maps, reductions (cache-warm and cold), layout-changing copies, STREAM
     copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table probes

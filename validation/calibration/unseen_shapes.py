@@ -1,6 +1,6 @@
 """How well a calibration times kernels at shapes it did not measure (needs torch).
 
-Two families, each timed here with torch and printed beside what the cost model predicts for the
+Three families, each timed here with torch and printed beside what the cost model predicts for the
 traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm caches):
 
 - ``copies``: ``out.copy_(x)`` of channels-last ``[N, C, H, W]`` tensors made contiguous, at
@@ -11,9 +11,13 @@ traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm cac
   3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, 1x1 (pointwise), and 3x3 in bf16, forward and
   backward (both gradients); with ``--without`` another calibration's predictions beside (one
   without those points).
+- ``vectors``: matrix-vector products (m = 1 or n = 1, suite 32) of linear layers at batch 1 and
+  of layers with one output, forward and backward, at sizes the calibration did not measure, their
+  layout read from their strides as in a trace; ``--without`` as for ``convs``.
 
     .venv/bin/python validation/calibration/unseen_shapes.py copies [--calibration FILE] [--threads 1,2]
     .venv/bin/python validation/calibration/unseen_shapes.py convs [--calibration FILE] [--without FILE]
+    .venv/bin/python validation/calibration/unseen_shapes.py vectors [--calibration FILE] [--without FILE]
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ CONVS = ((32, 64, 64, 32, 4, 3), (32, 64, 64, 32, 8, 3), (32, 128, 128, 16, 4, 3
 HALF_CONVS = ((32, 64, 64, 32, 1, 3), (32, 128, 128, 16, 1, 3), (64, 32, 64, 32, 1, 3), (32, 256, 256, 8, 1, 3),
               (16, 64, 64, 56, 1, 3), (32, 3, 64, 56, 1, 3))
 """The same, in bf16 (``torch.autocast``'s convolutions)."""
+VECTORS = ((1, 3072, 768), (1, 768, 3072), (1, 10, 784), (1, 512, 2048), (1, 1000, 2048), (1, 2048, 512),
+           (64, 1, 512), (256, 1, 256), (2048, 1, 128), (32, 1, 4096), (512, 1, 64), (1, 256, 256))
+"""(m, n, k) of the matrix-vector products: BERT-base's and a ResNet head's linear layers at batch 1,
+an MLP's, and layers of one output (a regression head, a recommender's top layer)."""
 TYPES = {"fp32": ("float", torch.float32), "bf16": ("c10::BFloat16", torch.bfloat16)}
 FLOAT = "float"
 
@@ -83,6 +91,22 @@ def _convs() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None]
         yield from _conv_passes(dtype, shapes)
 
 
+def _vectors() -> Iterator[tuple[str, Callable[[], object], Kernel, Kernel | None]]:
+    """(label, call, traced kernel, None) of every matrix-vector product: a linear layer's forward
+    (``x @ W^T``) and the backward product that keeps the vector (``grad @ W`` for m = 1, the
+    weight gradient ``grad^T @ x`` for n = 1)."""
+    for m, n, k in VECTORS:
+        x, w = torch.randn(m, k), torch.randn(n, k)
+        grad = torch.randn(m, n)
+        pairs = [("fwd", x, w.t())]
+        pairs.append(("bwd", grad, w) if m == 1 else ("wgrad", grad.t(), x))
+        for name, a, b in pairs:
+            traced = kernel_for("aten::mm", "gemm", [list(a.shape), list(b.shape)], [FLOAT, FLOAT], [], False,
+                                [list(a.stride()), list(b.stride())]).kernel
+            yield (f"{a.shape[0]}x{b.shape[1]}x{a.shape[1]} {name} {traced.layout}",
+                   lambda a=a, b=b: torch.mm(a, b), traced, None)
+
+
 def _conv_passes(dtype: str, shapes: tuple[tuple[int, ...], ...]) -> Iterator[
         tuple[str, Callable[[], object], Kernel, Kernel | None]]:
     traced_type, kind = TYPES[dtype]
@@ -105,9 +129,9 @@ def _conv_passes(dtype: str, shapes: tuple[tuple[int, ...], ...]) -> Iterator[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("family", choices=("copies", "convs"))
+    parser.add_argument("family", choices=("copies", "convs", "vectors"))
     parser.add_argument("--calibration", type=Path, default=None)
-    parser.add_argument("--without", type=Path, default=None, help="convs: a calibration to predict beside")
+    parser.add_argument("--without", type=Path, default=None, help="convs, vectors: a calibration to predict beside")
     parser.add_argument("--threads", default="1,2")
     args = parser.parse_args()
     cal = load_calibration(args.calibration or default_calibration())
@@ -120,7 +144,7 @@ def main() -> None:
     errors: dict[str, list[float]] = {name: [] for name in models}
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
-        for label, call, traced, unblocked in (_copies() if args.family == "copies" else _convs()):
+        for label, call, traced, unblocked in {"copies": _copies, "convs": _convs, "vectors": _vectors}[args.family]():
             measured = _median_s(call)
             line = f"{threads}t {label:34s} {measured * 1e3:8.3f} ms"
             for name, model in models.items():

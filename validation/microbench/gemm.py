@@ -23,6 +23,11 @@ and as single calls after a cache flush, the state of a product inside a trainin
 small product right after one of another layout (:func:`measure_gemm_path`, rows with ``after``):
 the part of that cold cost which is the kernels of its layout.
 
+**Matrix-vector products** (torch fp32, :func:`vector_shapes`, one round): m = 1 (a linear layer's
+forward at batch 1) or n = 1 (a layer with one output), in the three layouts. MKL runs them as
+``gemv``, which reads its matrix once: a 256 x 1 x 256 ``nn`` product took 5.5 us here, one of
+256 x 4 x 256 75 us, so the grid's narrowest points (4) cannot stand for them.
+
 **16-bit products** (torch only, one round): bf16 and fp16 on a coarse grid in the three layouts
 a training step uses. Without AVX512-BF16/FP16 or AMX, PyTorch multiplies them in fallback
 kernels: 1.3 GFLOP/s for a bf16 64 x 512 x 256 ``nn`` product here, 6-7.5 ``nt`` (a linear
@@ -119,6 +124,27 @@ def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
                     if dims[0] * dims[1] * dims[2] <= LAYOUT_MAX_MNK:
                         found.append((*dims, layout))  # type: ignore[arg-type]
     return found
+
+
+VECTOR_AXIS = (16, 128, 1024, 4096)
+"""The matrix's sides (its rows or columns, and k) of the matrix-vector points."""
+VECTOR_MAX_ELEMENTS = 2**24
+"""The largest matrix of the matrix-vector points (64 MiB in fp32: twice the largest L3 here)."""
+VECTOR_BUDGET = Budget(min_time_s=0.004, sample_time_s=1e-3)
+"""A fifth of the other points' sampling time: a matrix-vector product streams its matrix at a steady
+rate (with the full budget the 96 points of one thread count moved 4 % on average here, against 3.7
+s for them; 1.2 s with this one)."""
+
+
+def vector_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the torch fp32 matrix-vector points: a row vector times a matrix (m = 1)
+    and a matrix times a column vector (n = 1), the matrix's sides from :data:`VECTOR_AXIS`, in the
+    three layouts a training step uses."""
+    if quick:
+        return [(1, 64, 64, "nt")]
+    sides = [(rows, k) for rows, k in itertools.product(VECTOR_AXIS, VECTOR_AXIS) if rows * k <= VECTOR_MAX_ELEMENTS]
+    return [shape for layout in HALF_LAYOUTS for rows, k in sides
+            for shape in ((1, rows, k, layout), (rows, 1, k, layout))]
 
 
 INTERLEAVED_PATTERNS = (("nt", "ab"), ("nn", "b"), ("tn", "b"), ("tn", "a"))
