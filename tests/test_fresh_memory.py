@@ -132,6 +132,30 @@ def test_empty_memory_is_charged_to_the_in_place_op_that_fills_it() -> None:
     assert by_name["aten::mul"][0].first_touch_s == 0
 
 
+def test_a_tensor_of_no_elements_resized_is_charged_to_its_first_writer() -> None:
+    """ATen's older kernels make a gradient as ``empty({0})``, ``resize_as_(input)``, ``zero_()``
+    (``_slow_conv2d_backward``): the ``fill_`` under the ``zero_`` pays its pages; so does the writer
+    after a ``resize_`` to a size argument. Resizing a tensor that had its elements allocates
+    nothing."""
+    size = json.dumps(LARGE)
+    by_name = _predictions([
+        _op("aten::_slow_conv2d_backward", 10, 20_000, [[16, 1, 112, 112], LARGE, [1, 64, 1, 1]]),
+        _op("aten::empty", 11, 10, [[], [], [], [], [], []], None, ["[0]", "6", "", "", "", ""]),
+        _op("aten::resize_as_", 30, 10, [[0], LARGE, []], ["float", "float", "Scalar"]),
+        _op("aten::zero_", 50, 4_000, [LARGE]),
+        _op("aten::fill_", 51, 3_900, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::empty", 30_000, 10, [[], [], [], [], [], []], None, ["[0]", "6", "", "", "", ""]),
+        _op("aten::resize_", 30_020, 10, [[0], [], []], ["float", "ScalarList", "Scalar"], ["", size, ""]),
+        _op("aten::fill_", 30_040, 3_900, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+        _op("aten::resize_as_", 40_000, 10, [LARGE, LARGE, []], ["float", "float", "Scalar"]),
+        _op("aten::fill_", 40_020, 3_900, [LARGE, []], ["float", "Scalar"], ["", "0"]),
+    ])
+    resized_as, resized, kept = by_name["aten::fill_"]
+    assert resized_as.first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert resized.first_touch_s == pytest.approx(_pages(LARGE) * PER_PAGE_S)
+    assert kept.first_touch_s == 0
+
+
 def test_a_comparisons_bool_result_is_a_byte_an_element() -> None:
     """``gt`` of a 64 MiB fp32 tensor writes 16 MiB of bool (from the heap); ``where`` with a bool
     condition writes its values' fp32."""
