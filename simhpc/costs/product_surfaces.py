@@ -1,7 +1,8 @@
 """Measured products as efficiency surfaces: GEMMs by operand layout, matrix-vector products by
-vector side and layout, convolutions by pass and class, fused attention and recurrent layers, each the fraction of the host's peak FLOP/s
-interpolated over (log m, log n, log k, log batch) per dtype and thread count
-(:class:`~simhpc.costs.interpolation.GemmSurface`), blended over the measured thread counts."""
+vector side and layout, convolutions by pass and class, fused attention and recurrent layers, each
+the fraction of the host's peak FLOP/s interpolated over (log m, log n, log k, log batch) per dtype
+and thread count (:class:`~simhpc.costs.interpolation.GemmSurface`), blended over the measured
+thread counts."""
 
 from __future__ import annotations
 
