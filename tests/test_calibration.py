@@ -1851,6 +1851,33 @@ def test_convolution_heads_to_few_channels_use_their_own_points() -> None:
     assert without < predicted / 2
 
 
+@pytest.mark.parametrize(("threads", "measured_s"), [(1, 3.79e-3), (2, 1.94e-3)])
+def test_3x3_convolution_heads_to_few_channels_use_their_own_points(threads: int, measured_s: float) -> None:
+    """A 3x3 convolution to one or three channels runs far below the grid's 32-128 output channels'
+    rate; the Zen 4 guest's calibration times one it did not measure (64 -> 1 channel on 16 x 32 x
+    32: 3.76-3.83 ms at 1 thread, 1.94-1.95 ms at 2 in three runs here, ``unseen_shapes.py convs``)
+    from its heads to one and three channels (suite 32), and would from the grid's at a fifteenth."""
+    cal = load_calibration(ROOT / "validation" / "calibration" / "epyc-zen4.json")
+    forward = kernel_for("aten::mkldnn_convolution", "conv", [[16, 64, 32, 32], [1, 64, 3, 3], [1], [], [], [], []],
+                         ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+                         ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"], False).kernel
+    predicted = CalibratedEfficiency(cal, blas="torch").host_time(forward, threads)
+    assert predicted == pytest.approx(measured_s, rel=0.2)
+    data = json.loads(json.dumps(cal.data))
+    data["kernels"]["conv"] = [r for r in data["kernels"]["conv"]
+                               if r["n"] > 3 or r.get("groups", 1) > 1 or r.get("taps", 9) == 1]
+    without = CalibratedEfficiency(validate(data, "no heads"), blas="torch").host_time(forward, threads)
+    assert without < predicted / 5
+
+
+def test_microbench_has_3x3_heads_to_few_channels() -> None:
+    from simhpc.costs.benchsuite import load_submodule
+
+    conv = load_submodule("conv")
+    heads = [shape for shape in conv.shapes() if shape[2] <= 3]
+    assert heads == [(*shape, 1) for shape in conv.NARROW_OUT] and len(heads) == 4
+
+
 def test_thread_blend_interpolates_between_measured_counts_and_clamps_outside() -> None:
     """Thread counts between two measured ones weigh them linearly; outside, the nearest one alone."""
     assert thread_blend([1, 2, 4], 3) == [(2, 0.5), (4, 0.5)]

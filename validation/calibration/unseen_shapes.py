@@ -7,8 +7,9 @@ traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm cac
   shapes the batched transposes (suite 21) were not measured at (other channel counts, image
   sizes and batches): predicted from the ``transpose`` points by the copy's block (C rows of
   H x W), and from the ``permute`` curve of run 1 by the tensor's size alone, as before suite 21.
-- ``convs``: convolutions of the kinds suite 21 added points for, at shapes it did not measure:
-  3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, 1x1 (pointwise), and 3x3 in bf16, forward and
+- ``convs``: convolutions of the kinds suites 21 and 32 added points for, at shapes they did not
+  measure: 3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, 1x1 (pointwise), 3x3 to one or three
+  channels, and 3x3 in bf16, forward and
   backward (both gradients); with ``--without`` another calibration's predictions beside (one
   without those points).
 - ``vectors``: matrix-vector products (m = 1 or n = 1, suite 32) of linear layers at batch 1 and
@@ -45,9 +46,10 @@ CONVS = ((32, 64, 64, 32, 4, 3), (32, 64, 64, 32, 8, 3), (32, 128, 128, 16, 4, 3
          (16, 256, 256, 14, 32, 3), (32, 96, 96, 16, 3, 3), (32, 64, 64, 16, 16, 3), (16, 128, 128, 28, 8, 3),
          (32, 64, 64, 16, 64, 3), (16, 256, 256, 14, 256, 3), (64, 96, 96, 8, 96, 3), (32, 64, 64, 16, 64, 7),
          (16, 128, 128, 14, 128, 7), (32, 48, 48, 28, 48, 7), (32, 128, 64, 16, 1, 1), (16, 64, 128, 32, 1, 1),
-         (32, 256, 128, 14, 1, 1), (32, 96, 384, 14, 1, 1), (64, 512, 128, 7, 1, 1))
+         (32, 256, 128, 14, 1, 1), (32, 96, 384, 14, 1, 1), (64, 512, 128, 7, 1, 1), (16, 64, 1, 32, 1, 3),
+         (32, 64, 3, 32, 1, 3), (8, 32, 3, 64, 1, 3), (16, 96, 1, 16, 1, 3))
 """(N, C_in, C_out, H = W, groups, kernel side) of the convolutions: grouped 3x3, depthwise 3x3 and
-7x7, and 1x1."""
+7x7, 1x1, and 3x3 heads to one or three channels."""
 HALF_CONVS = ((32, 64, 64, 32, 1, 3), (32, 128, 128, 16, 1, 3), (64, 32, 64, 32, 1, 3), (32, 256, 256, 8, 1, 3),
               (16, 64, 64, 56, 1, 3), (32, 3, 64, 56, 1, 3))
 """The same, in bf16 (``torch.autocast``'s convolutions)."""

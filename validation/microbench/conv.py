@@ -16,9 +16,9 @@ Skipped without torch.
 Shapes, batch 64 (16 where a pass would exceed 2^30 multiply-adds): stride 1 with input
 channels 3, 32, 64, 128, output channels 32, 64, 128 and 8, 16, 32 pixels; stride 2 with input
 channels 32, 64, 128, output channels 64, 128 and 16, 32 pixels: the layers of small CNNs and
-of ResNet-like stages on small images. A strided convolution reads four times the input per
-output of a stride-1 one with the same dimensions and runs 10-15 % slower here, so the cost
-model keeps the two apart.
+of ResNet-like stages on small images; and heads to one or three channels (``NARROW_OUT``). A
+strided convolution reads four times the input per output of a stride-1 one with the same
+dimensions and runs 10-15 % slower here, so the cost model keeps the two apart.
 """
 
 from __future__ import annotations
@@ -73,6 +73,11 @@ groups), as many output channels as input ones: 32, 16, 8, 4 and 8 channels a gr
 them far nearer the ungrouped rate than the depthwise one (here, 1 thread, batch 32: 128 channels
 in 2 and 4 groups on 16 x 16 images took 6.9 and 3.8 ms, where the depthwise points gave 64.5 and
 32.3 ms)."""
+NARROW_OUT = ((16, 32, 1, 32), (16, 128, 3, 32), (32, 32, 3, 16), (8, 256, 1, 16))
+"""3x3 convolutions to one or three channels (a segmentation mask, an image-to-image net's RGB output):
+(batch, in channels, out channels, image side), stride 1. oneDNN runs them far below the grid's
+32-128 output channels' rate: 64 -> 1 channel on 16 x 32 x 32 images took 3.7 ms forward here (5
+GFLOP/s, 1 thread), where the grid's points gave 0.2 ms."""
 MAX_MNK = 2**30
 QUICK_SHAPES = ((8, 3, 32, 16, 1),)
 _MASKS = {"backward_input": [True, False, False], "backward_weight": [False, True, False]}
@@ -90,7 +95,7 @@ def shapes(quick: bool = False) -> list[tuple[int, int, int, int, int]]:
                 if batch * out * out * cout * cin * 9 <= MAX_MNK:
                     found.append((batch, cin, cout, size, stride))
                     break
-    return found
+    return found + [(*shape, 1) for shape in NARROW_OUT]
 
 
 def _passes(x: Any, w: Any, stride: int, padding: int, groups: int = 1) -> dict[str, Callable[[], object]]:
