@@ -54,15 +54,16 @@ RESIZERS = {"resize_as": None, "resize": 1}
 capture: 3.3 ms of page faults in its ``fill_``, against 0.25 ms where its pages were mapped)."""
 
 
-def _first_shape(op: OpRecord) -> list[int] | None:
-    shape = op.shapes[0] if op.shapes else None
+def _input_shape(op: OpRecord, position: int = 0) -> list[int] | None:
+    """The shape of ``op``'s input at ``position`` (default its first), None where it is no tensor's."""
+    shape = op.shapes[position] if len(op.shapes) > position else None
     return shape if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else None
 
 
 def _sized(op: OpRecord, argument: int | None) -> int:
     """Elements of the size argument ``argument`` of ``op`` (None: of its first input)."""
     if argument is None:
-        shape = _first_shape(op)
+        shape = _input_shape(op)
         return numel(shape) if shape is not None else 0
     size = int_list(op.concrete[argument] if len(op.concrete) > argument else "", [])
     return numel(size) if size else 0
@@ -71,12 +72,12 @@ def _sized(op: OpRecord, argument: int | None) -> int:
 def _resized(op: OpRecord, argument: int | None) -> int:
     """Elements a ``resize_as_`` or ``resize_`` (:data:`RESIZERS`) gives a tensor of no elements,
     0 where the tensor it resizes already had elements (no allocation, or not known)."""
-    shape = _first_shape(op)
+    shape = _input_shape(op)
     if shape is None or numel(shape) != 0:
         return 0
     if argument is None:
-        template = op.shapes[1] if len(op.shapes) > 1 else None
-        return numel(template) if isinstance(template, list) and all(isinstance(d, int) for d in template) else 0
+        template = _input_shape(op, 1)
+        return numel(template) if template is not None else 0
     return _sized(op, argument)
 
 
@@ -193,7 +194,7 @@ def largest_heap_writes(trace: Trace, kernels: dict[int, k.Kernel]) -> dict[int,
 
 
 def _writes_whole(op: OpRecord, elements: int, kernels: dict[int, k.Kernel]) -> bool:
-    shape = _first_shape(op)
+    shape = _input_shape(op)
     return op.index in kernels and in_place(op.name) and shape is not None and numel(shape) == elements
 
 

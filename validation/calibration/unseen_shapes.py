@@ -9,9 +9,8 @@ traced op (:func:`simhpc.costs.opmap.kernel_for`, then the calibration, warm cac
   H x W), and from the ``permute`` curve of run 1 by the tensor's size alone, as before suite 21.
 - ``convs``: convolutions of the kinds suites 21 and 32 added points for, at shapes they did not
   measure: 3x3 with 2 to 32 groups, depthwise 3x3 and 7x7, 1x1 (pointwise), 3x3 to one or three
-  channels, and 3x3 in bf16, forward and
-  backward (both gradients); with ``--without`` another calibration's predictions beside (one
-  without those points).
+  channels, and 3x3 in bf16, forward and backward (both gradients); with ``--without`` another
+  calibration's predictions beside (one without those points).
 - ``vectors``: matrix-vector products (m = 1 or n = 1, suite 32) of linear layers at batch 1 and
   of layers with one output, forward and backward, at sizes the calibration did not measure, their
   layout read from their strides as in a trace; ``--without`` as for ``convs``.
