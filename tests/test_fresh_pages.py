@@ -292,6 +292,20 @@ def test_a_plain_capture_without_memory_events_is_charged_its_steps_largest_heap
     assert len(counted) == 12 and all(isinstance(faults, int) and faults >= 0 for faults in counted)
 
 
+def test_every_plain_capture_model_trains_a_step_on_its_own_loss() -> None:
+    """Each model of ``plain_capture.py`` (the held-out ones of session 35 take a tuple of inputs or
+    another loss) runs a forward, its loss and a backward on its batch."""
+    torch = pytest.importorskip("torch")
+    plain = _script("plain_capture")
+    torch.manual_seed(0)
+    for name in plain.MODELS:
+        model, inputs, labels = plain.model_and_batch(name)
+        loss = plain.LOSSES.get(name, torch.nn.functional.cross_entropy)(model(inputs), labels)
+        loss.backward()
+        assert loss.dim() == 0 and torch.isfinite(loss), name
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad), name
+
+
 def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> None:
     """Of a plain trace's 1-32 MiB blocks, the one its memory events show fresh (the second step's,
     on grown heap) is charged; what glibc's trims could add is the rest (the first step's)."""

@@ -28,6 +28,17 @@ model was not developed on (needs torch):
 
 The last four were added after the rule that charges a plain trace's heap growth
 (``simhpc.trace.fresh_memory.largest_heap_writes``) was fitted on the others, to check it.
+Five more, unlike any the cost model was developed on (session 35; ``validation/README.md``):
+
+- ``unet``: two 3 x 3 convolutions, a max-pool, a 2 x 2 transposed convolution, a concatenation
+  and a 1 x 1 convolution to one channel over 64 x 64 images, batch 8, a binary mask's loss;
+- ``recommender``: a 50 000-row embedding bag (8 ids a sample) beside a 13-64 MLP, then a
+  128-256-1 MLP, batch 256, a click's binary loss;
+- ``regression``: a 512-1024-512-1 GELU MLP, batch 128, squared error;
+- ``mnist_cnn``: PyTorch's MNIST example (3 x 3 convolutions to 32 and 64 channels, a max-pool,
+  dropout, 9216-128-10), batch 64;
+- ``mlp_b1``: a 784-1024-1024-10 ReLU MLP at batch 1 (``--inference 1``: a latency measurement's
+  matrix-vector products).
 
     .venv/bin/python validation/traces/plain_capture.py vit --threads 2 --out runs/plain/vit_t2.json
     .venv/bin/simhpc compare runs/plain/vit_t2.json --threads 2
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import resource
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -130,10 +142,45 @@ class LastStepGRU(nn.Module):
         return self.head(self.rnn(sequence)[0][:, -1])
 
 
-MODELS = ("vit", "mixer", "encoder", "convnet", "lstm", "wide_mlp", "residual", "gru", "wide_encoder", "ln_mlp")
+class SmallUNet(nn.Module):
+    """One level of a U-Net: convolution, pool, convolution, transposed convolution up, concatenation
+    with the skip, a 1 x 1 convolution to one channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU())
+        self.middle = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU())
+        self.up = nn.ConvTranspose2d(64, 32, 2, stride=2)
+        self.out = nn.Conv2d(64, 1, 1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        skip = self.down(images)
+        return self.out(torch.cat([skip, self.up(self.middle(skip))], 1))
 
 
-def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+class Recommender(nn.Module):
+    """A DLRM-like click model: dense features through an MLP beside a summed embedding bag, then an
+    MLP to one logit."""
+
+    def __init__(self, rows: int = 50_000, width: int = 64) -> None:
+        super().__init__()
+        self.embedding = nn.EmbeddingBag(rows, width, mode="sum")
+        self.bottom = nn.Sequential(nn.Linear(13, width), nn.ReLU())
+        self.top = nn.Sequential(nn.Linear(2 * width, 256), nn.ReLU(), nn.Linear(256, 1))
+
+    def forward(self, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        dense, ids = inputs
+        return self.top(torch.cat([self.bottom(dense), self.embedding(ids)], 1)).squeeze(1)
+
+
+MODELS = ("vit", "mixer", "encoder", "convnet", "lstm", "wide_mlp", "residual", "gru", "wide_encoder", "ln_mlp", "unet",
+          "recommender", "regression", "mnist_cnn", "mlp_b1")
+LOSSES = {"unet": nn.functional.binary_cross_entropy_with_logits,
+          "recommender": nn.functional.binary_cross_entropy_with_logits, "regression": nn.functional.mse_loss}
+"""Models trained on other losses than cross-entropy over class labels."""
+
+
+def model_and_batch(name: str) -> tuple[nn.Module, Any, torch.Tensor]:
     """The model named ``name`` (one of :data:`MODELS`) and one batch of inputs and labels for it."""
     if name == "vit":
         return ViT(), torch.randn(32, 3, 32, 32), torch.randint(0, 100, (32,))
@@ -157,12 +204,32 @@ def model_and_batch(name: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         mlp = nn.Sequential(nn.Linear(256, 1536), nn.LayerNorm(1536), nn.GELU(), nn.Dropout(0.1),
                             nn.Linear(1536, 1536), nn.Tanh(), nn.Linear(1536, 100))
         return mlp, torch.randn(64, 256), torch.randint(0, 100, (64,))
+    if name == "unet":
+        return SmallUNet(), torch.randn(8, 3, 64, 64), torch.rand(8, 1, 64, 64)
+    if name == "recommender":
+        return Recommender(), (torch.randn(256, 13), torch.randint(0, 50_000, (256, 8))), torch.rand(256)
+    if name == "regression":
+        regression = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512), nn.GELU(), nn.Linear(512, 1))
+        return regression, torch.randn(128, 512), torch.randn(128, 1)
+    if name == "mnist_cnn":
+        mnist = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Dropout(0.5),
+                              nn.Linear(128, 10))
+        return mnist, torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    if name == "mlp_b1":
+        mlp = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        return mlp, torch.randn(1, 784), torch.randint(0, 10, (1,))
     if name == "wide_mlp":
         wide = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
         return wide, torch.randn(256, 784), torch.randint(0, 10, (256,))
     mixer = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.LayerNorm(1024), nn.Linear(1024, 1024), nn.SiLU(),
                           nn.Dropout(0.1), nn.Linear(1024, 10))
     return mixer, torch.randn(128, 512), torch.randint(0, 10, (128,))
+
+
+def _repeated(batch: torch.Tensor, times: int) -> torch.Tensor:
+    """``times`` copies of ``batch`` along its first dimension."""
+    return batch.repeat(times, *[1] * (batch.dim() - 1))
 
 
 def main() -> None:
@@ -182,7 +249,8 @@ def main() -> None:
                  else torch.optim.AdamW(model.parameters(), lr=1e-3))
     if args.inference:
         model.eval()
-        images = images.repeat(args.inference, *[1] * (images.dim() - 1))
+        images = tuple(_repeated(part, args.inference) for part in images) if isinstance(images, tuple) \
+            else _repeated(images, args.inference)
 
     def step() -> None:
         if args.inference:
@@ -190,7 +258,7 @@ def main() -> None:
                 model(images)
             return
         optimizer.zero_grad()
-        nn.functional.cross_entropy(model(images), labels).backward()
+        LOSSES.get(args.model, nn.functional.cross_entropy)(model(images), labels).backward()
         optimizer.step()
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=not args.no_memory,
