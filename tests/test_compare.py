@@ -1394,6 +1394,38 @@ def test_products_pay_for_what_ran_before_them() -> None:
     assert efficiency.asked[1][1] == pytest.approx(forward.bytes() / (2 * (4 << 20)))
 
 
+def test_a_matrix_vector_product_finds_on_its_core_what_one_thread_read() -> None:
+    """MKL runs a matrix-vector product on one thread. On 2 threads, its matrix last read by another
+    such product (batch-1 inference's weights, step after step) or by an op under ATen's grain
+    size is all on its core: no share of it is charged as in the other core's cache. One last read
+    by an op the threads split is, as is any operand of a product the threads split."""
+    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.product_reuse import GRAIN_ELEMENTS, charge_products
+
+    gemv = Gemm(dtype="fp32", m=1, n=1024, k=1024, layout="nt")
+    gemm = Gemm(dtype="fp32", m=8, n=1024, k=1024, layout="nt")
+    small = Elementwise(dtype="fp32", n=1024, op="relu", inputs=1, outputs=1)
+    wide = Elementwise(dtype="fp32", n=1024 * 1024, op="mul", inputs=1, outputs=1)
+    matrix = [1024, 1024]
+    ops = [
+        (gemv, [[1, 1024], matrix]),   # both operands new: whole
+        (small, [[1, 1024]]),          # one thread: under the grain
+        (gemv, [[1, 1024], matrix]),   # the vector after a one-thread op, the matrix after a gemv: local
+        (wide, [matrix]),              # the threads split the matrix
+        (gemv, [[1, 1024], matrix]),   # the matrix: half in the other core's cache
+        (gemm, [[8, 1024], matrix]),   # a split product: half of its cached matrix
+    ]
+    predictions = [OpPrediction(OpRecord(i, "aten::op", "gemm", float(i), 0.5, "t", shapes=shapes), kernel, 1.0,
+                                0.0, True) for i, (kernel, shapes) in enumerate(ops)]
+    efficiency = _StepProducts(cache_bytes=16 << 20)
+    charge_products(predictions, CostModel(efficiency), 2)  # type: ignore[arg-type]
+    matrix_bytes, vector_bytes = 1024 * 1024 * 4, 1024 * 4
+    assert 1024 < GRAIN_ELEMENTS < 1024 * 1024
+    assert [cold for _, _, cold in efficiency.asked] == [
+        pytest.approx(matrix_bytes + vector_bytes), 0.0, pytest.approx(matrix_bytes / 2),
+        pytest.approx(8 * 1024 * 4 + matrix_bytes / 2)]
+
+
 def test_a_flattened_activation_is_the_tensor_the_op_before_read() -> None:
     """A classifier's input is a view (``flatten``) of the last block's output: a ``[64, 4096]``
     operand right after an op that read ``[64, 64, 8, 8]`` is in cache, not charged its bytes."""

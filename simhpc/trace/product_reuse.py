@@ -39,7 +39,11 @@ Inside a training step a product finds neither state: what ran since decides how
   cost too: at 2 threads the committed captures' GEMM MAPE went 17.3 -> 15.1 % (CNN), 10.3 ->
   9.4 % (transformer) on the Zen 2 guest, 6.9-9.6 -> 6.2-8.1 % on the Xeon but for its CNN (22.4
   -> 25.9 %), and a fresh Zen 2 pair's four 2-thread captures 11.7-19.9 -> 11.2-16.3 %; a GRU's
-  per-step products (52.5 -> 58.5 %) likely run on one thread.
+  per-step products (52.5 -> 58.5 %) likely run on one thread. A matrix-vector product does run
+  on one thread (MKL's ``gemv``): an operand it finds where one thread left it (another such
+  product, or an op under ATen's grain size) is all on its core (session 35: a batch-1 MLP's
+  inference at 2 threads, its weights read by the same products step after step, went from +41.0
+  to +6.3 %).
 - **The output's bytes** at the memory bandwidth when the trace says where it went
   (``profile_memory=True``, :class:`~simhpc.trace.allocations.BlockHistory`) and its block was
   freed more than its cores' private caches' worth of bytes before, for a product whose operands
@@ -76,6 +80,7 @@ from typing import Any
 from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
 from simhpc.costs.op_arguments import is_shape
+from simhpc.costs.product_surfaces import vector_side
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.framework_costs import private_cache
 
@@ -97,7 +102,8 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
     private = private_cache(model) * threads  # the private caches of the product's cores
     window = efficiency.calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
-    read: list[tuple[float, set[int]]] = []  # (bytes moved by the end of an op, its inputs' element counts)
+    read: list[tuple[float, set[int], bool]] = []  # (bytes moved by an op's end, its inputs' element counts,
+    # whether it ran on one thread)
     ends: list[tuple[float, float]] = []  # (when an op ended, bytes moved by then)
     moved = 0.0
     brought, last_brought = 0.0, -math.inf  # bytes brought into the caches (re-touched ones left out)
@@ -109,10 +115,12 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
         inputs = [dims for shape in p.op.shapes if (dims := _dims(shape)) is not None]
         if isinstance(kernel, Gemm) and not kernel.conv:
             cold_bytes = 0.0
+            alone = _one_thread(kernel, p.op.shapes)
             for dims in inputs:
                 size = math.prod(dims) * dtype_bytes(kernel.dtype)
-                cached = _read_within(read, math.prod(dims), moved, window - size)
-                cold_bytes += size * (elsewhere if cached else 1.0)
+                reader = _reader_within(read, math.prod(dims), moved, window - size)
+                away = 0.0 if alone and reader == ONE_THREAD else elsewhere
+                cold_bytes += size * (1.0 if reader is None else away)
             share = min(1.0, (brought - last_brought) / private)
             layout = (kernel.layout, kernel.batch > 1)
             layout_share = min(1.0, (moved - last_of_layout.get(layout, -math.inf)) / private)
@@ -124,11 +132,25 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
             last_brought = brought
         brought += _bytes_brought(p.op, kernel, read, moved, private)
         moved += kernel.bytes()
-        read.append((moved, {math.prod(dims) for dims in inputs}))
+        read.append((moved, {math.prod(dims) for dims in inputs}, _one_thread(kernel, p.op.shapes)))
         ends.append((p.op.end, moved))
 
 
-def _bytes_brought(op: Any, kernel: Kernel, read: list[tuple[float, set[int]]], moved: float,
+GRAIN_ELEMENTS = 32768
+"""ATen's ``GRAIN_SIZE``: an op over fewer elements runs on the calling thread alone."""
+ONE_THREAD = "one thread"
+
+
+def _one_thread(kernel: Kernel, shapes: list[Any]) -> bool:
+    """Whether an op of ``kernel`` on tensors of ``shapes`` runs on one thread whatever the thread
+    count: a matrix-vector product (MKL's ``gemv``: its 2-thread points take the 1-thread time), or
+    another op (not a product) whose tensors are all under :data:`GRAIN_ELEMENTS`."""
+    if isinstance(kernel, Gemm):
+        return bool(vector_side(kernel.m, kernel.n, kernel.batch)) and not kernel.conv
+    return all(math.prod(shape) < GRAIN_ELEMENTS for shape in shapes if is_shape(shape))
+
+
+def _bytes_brought(op: Any, kernel: Kernel, read: list[tuple[float, set[int], bool]], moved: float,
                    held: float) -> float:
     """Of an op's bytes, those it brings into its cores' private caches (``held`` bytes): all of a
     product's (its operands pass through its packing buffers); of another op, its tensors that
@@ -138,7 +160,7 @@ def _bytes_brought(op: Any, kernel: Kernel, read: list[tuple[float, set[int]]], 
         return kernel.bytes()
     width = dtype_bytes(kernel.dtype)
     counts = [math.prod(shape) for shape in op.shapes if is_shape(shape) and shape]
-    new = sum(count * width for count in counts if not _read_within(read, count, moved, held))
+    new = sum(count * width for count in counts if _reader_within(read, count, moved, held) is None)
     output = max(0.0, kernel.bytes() - sum(counts) * width)
     return new + (0.0 if op.name.endswith("_") else output)
 
@@ -162,11 +184,13 @@ def _fetched_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, en
     return elsewhere * size
 
 
-def _read_within(read: list[tuple[float, set[int]]], elements: int, moved: float, window: float) -> bool:
-    """Whether an op that ended at most ``window`` bytes before ``moved`` read a tensor of ``elements``."""
-    for ended, sizes in reversed(read):
+def _reader_within(read: list[tuple[float, set[int], bool]], elements: int, moved: float,
+                   window: float) -> str | None:
+    """How the latest op that ended at most ``window`` bytes before ``moved`` and read a tensor of
+    ``elements`` ran: :data:`ONE_THREAD`, ``"threads"`` (split among the threads), or None (no such op)."""
+    for ended, sizes, alone in reversed(read):
         if moved - ended > window:
-            return False
+            return None
         if elements in sizes:
-            return True
-    return False
+            return ONE_THREAD if alone else "threads"
+    return None
