@@ -113,14 +113,14 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
         if kernel is None:
             continue
         inputs = [dims for shape in p.op.shapes if (dims := _dims(shape)) is not None]
+        alone = _one_thread(kernel, p.op.shapes)
         if isinstance(kernel, Gemm) and not kernel.conv:
             cold_bytes = 0.0
-            alone = _one_thread(kernel, p.op.shapes)
             for dims in inputs:
                 size = math.prod(dims) * dtype_bytes(kernel.dtype)
-                reader = _reader_within(read, math.prod(dims), moved, window - size)
-                away = 0.0 if alone and reader == ONE_THREAD else elsewhere
-                cold_bytes += size * (1.0 if reader is None else away)
+                reader_alone = _reader_within(read, math.prod(dims), moved, window - size)
+                away = 0.0 if alone and reader_alone else elsewhere
+                cold_bytes += size * (1.0 if reader_alone is None else away)
             share = min(1.0, (brought - last_brought) / private)
             layout = (kernel.layout, kernel.batch > 1)
             layout_share = min(1.0, (moved - last_of_layout.get(layout, -math.inf)) / private)
@@ -132,13 +132,12 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
             last_brought = brought
         brought += _bytes_brought(p.op, kernel, read, moved, private)
         moved += kernel.bytes()
-        read.append((moved, {math.prod(dims) for dims in inputs}, _one_thread(kernel, p.op.shapes)))
+        read.append((moved, {math.prod(dims) for dims in inputs}, alone))
         ends.append((p.op.end, moved))
 
 
 GRAIN_ELEMENTS = 32768
 """ATen's ``GRAIN_SIZE``: an op over fewer elements runs on the calling thread alone."""
-ONE_THREAD = "one thread"
 
 
 def _one_thread(kernel: Kernel, shapes: list[Any]) -> bool:
@@ -185,12 +184,12 @@ def _fetched_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, en
 
 
 def _reader_within(read: list[tuple[float, set[int], bool]], elements: int, moved: float,
-                   window: float) -> str | None:
-    """How the latest op that ended at most ``window`` bytes before ``moved`` and read a tensor of
-    ``elements`` ran: :data:`ONE_THREAD`, ``"threads"`` (split among the threads), or None (no such op)."""
+                   window: float) -> bool | None:
+    """Whether the latest op that ended at most ``window`` bytes before ``moved`` and read a tensor
+    of ``elements`` ran on one thread (None: no such op)."""
     for ended, sizes, alone in reversed(read):
         if moved - ended > window:
             return None
         if elements in sizes:
-            return ONE_THREAD if alone else "threads"
+            return alone
     return None
