@@ -139,11 +139,11 @@ here, and the two measurements differed by 4 % on average."""
 def vector_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
     """(m, n, k, layout) of the torch fp32 matrix-vector points: a row vector times a matrix (m = 1)
     and a matrix times a column vector (n = 1), the matrix's sides from :data:`VECTOR_AXIS`, in the
-    three layouts a training step uses."""
+    layouts of a linear layer's three products (:data:`PATH_LAYOUTS`)."""
     if quick:
         return [(1, 64, 64, "nt")]
     sides = [(rows, k) for rows, k in itertools.product(VECTOR_AXIS, VECTOR_AXIS) if rows * k <= VECTOR_MAX_ELEMENTS]
-    return [shape for layout in HALF_LAYOUTS for rows, k in sides
+    return [shape for layout in PATH_LAYOUTS for rows, k in sides
             for shape in ((1, rows, k, layout), (rows, 1, k, layout))]
 
 

@@ -180,6 +180,11 @@ LOSSES = {"unet": nn.functional.binary_cross_entropy_with_logits,
 """Models trained on other losses than cross-entropy over class labels."""
 
 
+def loss_of(name: str) -> Any:
+    """The loss the model named ``name`` trains on: :data:`LOSSES`' or cross-entropy over labels."""
+    return LOSSES.get(name, nn.functional.cross_entropy)
+
+
 def model_and_batch(name: str) -> tuple[nn.Module, Any, torch.Tensor]:
     """The model named ``name`` (one of :data:`MODELS`) and one batch of inputs and labels for it."""
     if name == "vit":
@@ -258,7 +263,7 @@ def main() -> None:
                 model(images)
             return
         optimizer.zero_grad()
-        LOSSES.get(args.model, nn.functional.cross_entropy)(model(images), labels).backward()
+        loss_of(args.model)(model(images), labels).backward()
         optimizer.step()
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=not args.no_memory,
