@@ -210,6 +210,10 @@ CASES = [
      ("workload.size", "integer of 5001 digits")),
     ("override-path-too-deep", VALID, ["--set", ".".join(["a"] * 500) + ".b=1", "--set", "seed=1"],
      "path has 501 parts, more than 32"),
+    # 10^8 transfers: the run grew past 7 GB in 20 s before it was refused
+    ("all-to-all-of-10000-ranks", VALID, ["--set", "workload.collective=all_to_all",
+                                          "--set", "network.topology.hosts=10000"],
+     "workload.ranks: an all-to-all among 10000 ranks makes 99,990,000 transfers"),
 ]
 
 

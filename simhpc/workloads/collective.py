@@ -60,6 +60,7 @@ class CollectiveWorkload(Workload):
     def __init__(self, config: CollectiveConfig, context: Any) -> None:
         super().__init__(config, context)
         from simhpc.network import Communicator
+        from simhpc.network.collectives import check_all_to_all_ranks
 
         endpoints = list(self.ctx.network.topology.endpoints)
         if config.ranks is None:
@@ -81,6 +82,11 @@ class CollectiveWorkload(Workload):
                                    "a collective needs at least 2 ranks", absolute=True)
         if len(ranks) < 2:
             raise InvalidReference("ranks", "a collective needs at least 2 ranks")
+        if config.collective == "all_to_all":
+            try:
+                check_all_to_all_ranks(len(ranks))
+            except ValueError as error:
+                raise InvalidReference("ranks", f"{error} (set workload.ranks)") from None
         if config.root >= len(ranks):
             raise InvalidReference("root", f"root {config.root} is not one of the {len(ranks)} ranks")
         if config.collective == "all_reduce" and config.algorithm == "hierarchical":
