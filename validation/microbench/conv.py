@@ -49,17 +49,20 @@ DEPTHWISE_7X7 = ((16, 64, 32), (32, 96, 16), (64, 32, 8))
 one ran 3-4x slower than the 3x3 points extrapolated to 49 taps say here, its forward 2x faster."""
 POINTWISE = ((32, 64, 128, 16), (32, 128, 64, 16), (32, 64, 256, 8), (32, 256, 64, 8), (32, 256, 256, 8),
              (32, 32, 64, 32), (32, 128, 128, 16), (32, 128, 32, 32), (32, 32, 128, 32), (8, 32, 1, 64),
-             (8, 64, 3, 64))
+             (8, 64, 3, 64), (16, 32, 1, 64), (16, 64, 3, 64))
 """1x1 convolutions (bottleneck blocks, a depthwise block's pointwise layers): (batch, in channels,
 out channels, image side), stride 1. oneDNN runs them as other kernels than the 3x3 ones of the
 same implicit-GEMM dimensions (here, 1 thread, 128 -> 64 channels on 32 x 16 x 16: forward 1.4 ms
 and backward 2.8 ms where the 3x3 points gave 0.9 and 2.2). The last two have 16 MiB images at
 their 128-channel side, past the effective cache: few channels make little arithmetic per byte,
 and 128 -> 32 channels on 32 x 32 x 32 took 4.9 ms forward and 12 ms backward here where the
-smaller images' points gave 3.1 and 6.1. The last two are heads to one and three channels (a
+smaller images' points gave 3.1 and 6.1. The last four are heads to one and three channels (a
 U-Net's mask, an image-to-image net's RGB), far below the others' 16 output channels: a tiny U-Net's
 32 -> 1 head on 8 x 64 x 64 took 0.58 ms forward and 1.35 ms backward at 2 threads where those
-points gave 0.19 and 0.37."""
+points gave 0.19 and 0.37. They come at 8 and at 16 images: on one thread torch runs a 1x1
+convolution of under 16 images through its own kernels (a BLAS product per image), of more through
+oneDNN, whose heads are 3-10x slower (64 -> 1 channel on 64 x 64 images, forward: 25 us an image
+natively, 187 us through oneDNN here); each point records the ``backend`` torch picked."""
 HALF_SHAPES = ((32, 3, 32, 32, 1), (32, 32, 32, 32, 1), (32, 32, 128, 16, 1), (32, 128, 32, 16, 1),
                (32, 128, 128, 16, 1), (32, 128, 128, 8, 1), (32, 64, 128, 32, 2))
 """bf16 3x3 convolutions, measured where the CPU has native bf16 (``torch.autocast`` runs a CNN's
@@ -147,16 +150,39 @@ def measure_conv(
     out = (size - 1) // stride + 1
     x, w = _operands([batch, cin, size, size], [cout, cin, kernel, kernel], dtype)
     return _record(_passes(x, w, stride, kernel // 2)[direction], direction, threads, budget, batch * out * out, cout,
-                   cin * kernel * kernel, dtype=dtype, image=[batch, cin, size, size], stride=stride,
-                   taps=kernel * kernel)
+                   cin * kernel * kernel, dtype=dtype, backend=partial(conv_backend, x, w, stride, kernel // 2),
+                   image=[batch, cin, size, size], stride=stride, taps=kernel * kernel)
+
+
+def conv_backend(x: Any, w: Any, stride: int, padding: int, groups: int = 1) -> str | None:
+    """The kernels torch picks for the convolution of ``x`` by ``w`` on its current thread count, by
+    the name ``torch._C._select_conv_backend`` gives them (``Mkldnn``, ``Slow2d``, ...; None where
+    this torch does not say). Its three passes take the same: a 1x1 convolution of under 16 images
+    on one thread runs natively (``Slow2d``), on more threads or of more images through oneDNN."""
+    import torch
+
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is None:
+        return None
+    dims = x.dim() - 2
+    try:
+        chosen = select(x, w, None, [stride] * dims, [padding] * dims, [1] * dims, False, [0] * dims, groups, None)
+    except (RuntimeError, TypeError):
+        return None
+    return str(chosen).rsplit(".", 1)[-1]
 
 
 def _record(call: Callable[[], object], direction: str, threads: int, budget: Budget, m: int, n: int, k: int,
-            groups: int = 1, dtype: str = "fp32", **identity: Any) -> dict:
-    """Time one pass on ``threads`` torch threads; its record (``m``, ``n``, ``k`` per group)."""
+            groups: int = 1, dtype: str = "fp32", backend: Callable[[], str | None] | None = None,
+            **identity: Any) -> dict:
+    """Time one pass on ``threads`` torch threads; its record (``m``, ``n``, ``k`` per group), with
+    the ``backend`` torch ran it through where ``backend()`` names it."""
     with torch_threads(threads):
         result = measure_python(call, budget)
+        chosen = backend() if backend else None
     grouping = {"groups": groups} if groups > 1 else {}
+    if chosen:
+        identity["backend"] = chosen
     return {
         "library": "torch",
         "dtype": dtype,
@@ -195,4 +221,5 @@ def measure_grouped(batch: int, channels: int, size: int, dims: int, groups: int
     x, w = _operands([batch, channels, *[size] * dims], [channels, per_group, *taps])
     return _record(_passes(x, w, 1, kernel // 2, groups)[direction], direction, threads, budget,
                    batch * size**dims, per_group, per_group * math.prod(taps), groups,
+                   backend=partial(conv_backend, x, w, 1, kernel // 2, groups),
                    image=[batch, channels, *[size] * dims], stride=1, taps=math.prod(taps))

@@ -32,7 +32,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 32
+SUITE_VERSION = 33
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
