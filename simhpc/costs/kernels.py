@@ -65,6 +65,10 @@ class Gemm(Kernel):
     one tap high), whose kernels differ from 2-D ones of the same m, n, k (a depthwise 1x5 weight
     gradient ran 8x slower here than a 3x3 one of the same size). ``pointwise``: a convolution
     with a kernel of one tap (1x1), which oneDNN runs as other kernels than wider ones.
+    ``native``: a convolution torch runs through its own kernels (``_slow_conv2d``: a BLAS product
+    per image) instead of oneDNN's, as it does a 1x1 one of under 16 images on one thread; the
+    two differ most for a head to few channels (64 -> 1 channel on 16 x 64 x 64 images, 1 thread:
+    forward 25 us an image natively, 187 through oneDNN here).
 
     ``interleaved``: which operands of a batched product are views whose matrices interleave in
     memory (``"a"``, ``"b"``, ``"ab"``): the heads of a multi-head attention, sliced out of one
@@ -88,6 +92,7 @@ class Gemm(Kernel):
     groups: int = 1
     line: bool = False
     pointwise: bool = False
+    native: bool = False
     interleaved: str = ""
 
     def __post_init__(self) -> None:

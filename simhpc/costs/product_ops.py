@@ -109,6 +109,10 @@ BACKWARD_CONV_ARGS = {
     "_slow_conv2d_backward": (_ConvArgs(4, 5, None, None), 6),
 }
 """Backward convolutions: their arguments and the index of their ``output_mask``."""
+NATIVE_CONVOLUTIONS = frozenset((
+    "_slow_conv2d_forward", "thnn_conv2d", "_slow_conv2d_backward", "slow_conv3d", "slow_conv3d_forward",
+    "slow_conv_dilated2d", "slow_conv_dilated3d", "slow_conv_transpose2d", "slow_conv_transpose3d"))
+"""Convolutions torch runs through its own kernels rather than oneDNN's (:attr:`Gemm.native`)."""
 TRANSPOSED_DIRECTION = {"forward": "backward_input", "backward_input": "forward",
                         "backward_weight": "backward_weight", "backward": "backward"}
 """A transposed convolution's pass as the pass of the ordinary convolution it is the adjoint of
@@ -180,7 +184,8 @@ def conv_kernel(op: str, tensors: list[tuple[list[int], str]], concrete: list[An
     k = w[1] * math.prod(w[2:])
     passes = 2 if direction == "backward" else 1
     return OpKernel(Gemm(dtype=dtype_of(tensors[0][1]), m=m, n=max(1, n), k=k, batch=groups * passes, conv=direction,
-                         stride=max(stride), groups=groups, line=is_line(x, w), pointwise=math.prod(w[2:]) == 1))
+                         stride=max(stride), groups=groups, line=is_line(x, w), pointwise=math.prod(w[2:]) == 1,
+                         native=op in NATIVE_CONVOLUTIONS))
 
 
 def is_line(image: Sequence[int], weight: Sequence[int] = ()) -> bool:

@@ -19,6 +19,14 @@ from simhpc.costs.product_ops import is_line
 SIXTEEN_BIT = ("bf16", "fp16")
 ONE_GRADIENT = ("backward_input", "backward_weight")
 """Convolution backward passes computing one gradient, measured on their own."""
+NATIVE_BACKENDS = frozenset(("Slow2d", "SlowDilated2d", "SlowTranspose2d", "Slow3d", "SlowDilated3d",
+                             "SlowTranspose3d"))
+"""The ``backend`` of a convolution point torch ran through its own kernels (:attr:`Gemm.native`)."""
+NATIVE_LIKE_CHANNELS = 16
+"""Output channels from which torch's own 1x1 kernels and oneDNN's run alike: within ~10 % an image
+in six of seven shapes of 16-256 channels here (forward and both gradients, 1 thread, 8 against 16
+images), 3-10x apart for heads to one or three channels. A native surface measured at heads only
+borrows the oneDNN points from this width."""
 WIDE = 64
 """Products at least this wide in every dimension run within ~30 % of each other in any operand
 layout: their ``nn`` points stand in for other layouts there."""
@@ -70,8 +78,9 @@ class ProductSurfaces:
         """Fused-attention surfaces, forward (False) and backward (True)."""
         self._recurrent: dict[bool, Surfaces] = defaultdict(dict)
         """Recurrent-layer surfaces (oneDNN's LSTM), forward (False) and backward (True)."""
-        self._conv: dict[tuple[str, bool, bool, bool, bool], Surfaces] = defaultdict(dict)
-        """Convolution surfaces by pass, whether the convolution is strided, grouped, 1-D and 1x1."""
+        self._conv: dict[tuple[str, bool, bool, bool, bool, bool], Surfaces] = defaultdict(dict)
+        """Convolution surfaces by pass, whether the convolution is strided, grouped, 1-D, 1x1 and
+        run by torch's own kernels."""
         cal = calibration
         groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         own = [row for row in cal.rows("gemm") if row.get("blas", "numpy") == self.blas]
@@ -97,14 +106,17 @@ class ProductSurfaces:
             self._vector[(side, layout)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.method, self.smoothing
             )
-        convs: dict[tuple[str, bool, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
+        convs: dict[tuple[str, bool, bool, bool, bool, bool, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("conv"):
             conv_groups = row.get("groups", 1)
             key = (row["direction"], row.get("stride", 1) > 1, conv_groups > 1, is_line(row.get("image", ())),
-                   row.get("taps") == 1, row["dtype"], row["threads"])
+                   row.get("taps") == 1, row.get("backend") in NATIVE_BACKENDS, row["dtype"], row["threads"])
             convs[key].append({**row, "batch": row["passes"] * conv_groups})
-        for (direction, strided, grouped, line, pointwise, dtype, threads), rows in sorted(convs.items()):
-            self._conv[(direction, strided, grouped, line, pointwise)][(dtype, threads)] = GemmSurface(
+        for (*conv_class, native, dtype, threads), rows in sorted(convs.items()):
+            if native and all(row["n"] < NATIVE_LIKE_CHANNELS for row in rows):
+                rows = rows + [row for row in convs.get((*conv_class, False, dtype, threads), [])
+                               if row["n"] >= NATIVE_LIKE_CHANNELS]
+            self._conv[(*conv_class, native)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.method, self.smoothing
             )
         fused: dict[tuple[bool, str, int], list[dict[str, Any]]] = defaultdict(list)
@@ -148,8 +160,9 @@ class ProductSurfaces:
         has them (with the ``nn`` points of products at least ``WIDE`` in every dimension); a
         batched one with interleaved operands those of its layout and interleaving first. A
         convolution (``kernel.conv``) uses the calibration's convolution points of its pass,
-        grouped (depthwise) or not, 1x1 or not, 1-D or not and strided or not like the kernel
-        (else the nearest class's: grouping first, then the kernel's size, then dimensionality),
+        grouped (depthwise) or not, 1x1 or not, 1-D or not, strided or not and run by torch's own
+        kernels or not like the kernel (else the nearest class's: grouping first, then the
+        kernel's size, then dimensionality, stride and the backend),
         else the GEMM points; a one-gradient pass without points of its own uses those of a
         two-gradient ``backward`` (older calibrations), and a two-gradient backward with
         one-gradient points takes the time of both passes. The kernel's own dtype's points come
@@ -171,10 +184,10 @@ class ProductSurfaces:
         if kernel.conv:
             strided, grouped = kernel.stride > 1, kernel.groups > 1
             passes = (kernel.conv, "backward") if kernel.conv in ONE_GRADIENT else (kernel.conv,)
-            candidates[:0] = [self._conv.get((p, s, g, line, one), {}) for g in (grouped, not grouped)
+            candidates[:0] = [self._conv.get((p, s, g, line, one, native), {}) for g in (grouped, not grouped)
                               for one in (kernel.pointwise, not kernel.pointwise)
                               for line in (kernel.line, not kernel.line) for p in passes
-                              for s in (strided, not strided)]
+                              for s in (strided, not strided) for native in (kernel.native, not kernel.native)]
         return self._blended_fraction(candidates, kernel.dtype, threads, (kernel.m, kernel.n, kernel.k, kernel.batch))
 
     def _blended_fraction(self, candidates: list[Surfaces], dtype: str, threads: int,

@@ -26,14 +26,17 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from simhpc.costs.benchsuite import load_submodule
 from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import load_calibration
 from simhpc.costs.kernels import Copy, Kernel
 from simhpc.costs.opmap import kernel_for
+from simhpc.costs.product_surfaces import NATIVE_BACKENDS
 from simhpc.hardware.host import default_calibration
 
 COPIES = ((64, 64, 16), (64, 32, 32), (64, 128, 8), (64, 16, 32), (16, 64, 16), (256, 64, 16), (64, 3, 32),
@@ -46,9 +49,11 @@ CONVS = ((32, 64, 64, 32, 4, 3), (32, 64, 64, 32, 8, 3), (32, 128, 128, 16, 4, 3
          (32, 64, 64, 16, 64, 3), (16, 256, 256, 14, 256, 3), (64, 96, 96, 8, 96, 3), (32, 64, 64, 16, 64, 7),
          (16, 128, 128, 14, 128, 7), (32, 48, 48, 28, 48, 7), (32, 128, 64, 16, 1, 1), (16, 64, 128, 32, 1, 1),
          (32, 256, 128, 14, 1, 1), (32, 96, 384, 14, 1, 1), (64, 512, 128, 7, 1, 1), (16, 64, 1, 32, 1, 3),
-         (32, 64, 3, 32, 1, 3), (8, 32, 3, 64, 1, 3), (16, 96, 1, 16, 1, 3))
+         (32, 64, 3, 32, 1, 3), (8, 32, 3, 64, 1, 3), (16, 96, 1, 16, 1, 3), (16, 64, 1, 64, 1, 1),
+         (8, 64, 1, 32, 1, 1), (32, 48, 3, 32, 1, 1))
 """(N, C_in, C_out, H = W, groups, kernel side) of the convolutions: grouped 3x3, depthwise 3x3 and
-7x7, 1x1, and 3x3 heads to one or three channels."""
+7x7, 1x1, 3x3 heads to one or three channels, and 1x1 heads (of 8 images torch runs natively on one
+thread, of 16 and 32 through oneDNN)."""
 HALF_CONVS = ((32, 64, 64, 32, 1, 3), (32, 128, 128, 16, 1, 3), (64, 32, 64, 32, 1, 3), (32, 256, 256, 8, 1, 3),
               (16, 64, 64, 56, 1, 3), (32, 3, 64, 56, 1, 3))
 """The same, in bf16 (``torch.autocast``'s convolutions)."""
@@ -56,6 +61,7 @@ VECTORS = ((1, 3072, 768), (1, 768, 3072), (1, 10, 784), (1, 512, 2048), (1, 100
            (64, 1, 512), (256, 1, 256), (2048, 1, 128), (32, 1, 4096), (512, 1, 64), (1, 256, 256))
 """(m, n, k) of the matrix-vector products: BERT-base's and a ResNet head's linear layers at batch 1,
 an MLP's, and layers of one output (a regression head, a recommender's top layer)."""
+CONV = load_submodule("conv")
 TYPES = {"fp32": ("float", torch.float32), "bf16": ("c10::BFloat16", torch.bfloat16)}
 FLOAT = "float"
 
@@ -121,7 +127,9 @@ def _conv_passes(dtype: str, shapes: tuple[tuple[int, ...], ...]) -> Iterator[
                              ["", "", "", *args], False).kernel
         backward = kernel_for("aten::convolution_backward", "conv", [out, image, weight, []],
                               [traced_type] * 3 + [""], ["", "", "", "", *args, "[True, True, False]"], False).kernel
-        label = f"{dtype} N{n} C{cin}>{cout} HW{side * side} {kernel}x{kernel} g{groups}"
+        native = CONV.conv_backend(x, w, 1, pad, groups) in NATIVE_BACKENDS  # as the trace's op would say
+        forward, backward = (replace(k, native=native) for k in (forward, backward))
+        label = f"{dtype} N{n} C{cin}>{cout} HW{side * side} {kernel}x{kernel} g{groups}{' native' * native}"
         yield (f"{label} fwd", lambda x=x, w=w, groups=groups, pad=pad: torch.ops.aten.convolution(
             x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], groups), forward, None)
         yield (f"{label} bwd", lambda x=x, w=w, g=g, groups=groups, pad=pad: torch.ops.aten.convolution_backward(
