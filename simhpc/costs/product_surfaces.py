@@ -117,12 +117,14 @@ class ProductSurfaces:
             conv_groups = row.get("groups", 1)
             key = (row["direction"], row.get("stride", 1) > 1, conv_groups > 1, is_line(row.get("image", ())),
                    row.get("taps") == 1, row.get("backend") in NATIVE_BACKENDS, row["dtype"], row["threads"])
-            channels = row["n"] if key[5] or conv_groups > 1 else self.padded(row["n"])
-            convs[key].append({**row, "n": channels, "batch": row["passes"] * conv_groups})
-        for (*conv_class, native, dtype, threads), rows in sorted(convs.items()):
+            convs[key].append({**row, "batch": row["passes"] * conv_groups})
+        for (direction, strided, grouped, line, pointwise, native, dtype, threads), rows in sorted(convs.items()):
+            conv_class = (direction, strided, grouped, line, pointwise)
             if native and all(row["n"] < NATIVE_LIKE_CHANNELS for row in rows):
                 rows = rows + [row for row in convs.get((*conv_class, False, dtype, threads), [])
                                if row["n"] >= NATIVE_LIKE_CHANNELS]
+            elif not native and not grouped:  # the fraction of peak of the work padded to oneDNN's block
+                rows = [{**row, "n": self.padded(row["n"])} for row in rows]
             self._conv[(*conv_class, native)][(dtype, threads)] = GemmSurface(
                 rows, cal.peak_flops(dtype, threads), self.method, self.smoothing
             )
