@@ -1840,9 +1840,7 @@ def test_convolution_heads_to_few_channels_use_their_own_points() -> None:
     them, the head's work padded to oneDNN's 16-channel block comes to 60 % of it (under a half
     from the unpadded work)."""
     cal = load_calibration(COMMITTED)
-    forward = kernel_for("aten::mkldnn_convolution", "conv", [[8, 32, 64, 64], [1, 32, 1, 1], [1], [], [], [], []],
-                         ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
-                         ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"], False).kernel
+    forward = _head("aten::mkldnn_convolution", 8, 32, 1, 64)
     row = next(r for r in cal.rows("conv") if r.get("image") == [8, 32, 64, 64] and r["n"] == 1
                and r["threads"] == 2 and r["direction"] == "forward")
     predicted = CalibratedEfficiency(cal, blas="torch").host_time(forward, 2)
