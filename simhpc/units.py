@@ -13,6 +13,7 @@ import re
 __all__ = [
     "MAX_COUNT",
     "UnitError",
+    "counted",
     "format_bandwidth",
     "format_rate",
     "format_size",
@@ -52,6 +53,11 @@ _EXAMPLES = {
     "frequency": "a frequency like '2.0 GHz'",
     "number": "a number like '0.5'",
 }
+
+
+def counted(count: int, noun: str) -> str:
+    """``"1 run"``, ``"3 runs"``: a count and its noun, plural unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def huge_integer(value: int) -> str:

@@ -264,3 +264,29 @@ def test_a_point_too_large_for_the_host_is_an_error_that_says_so(tmp_path, monke
     outcome = worker.run_point(plan.points[0].data, "sweep.yaml")
     assert outcome.status == "error"
     assert outcome.error == "out of memory: too large to simulate on this machine (reduce the counts or sizes)"
+
+
+@pytest.mark.parametrize(("extra", "path", "expected"), [
+    (["--set", "workload.size=2 MiB"], "workload.size",
+     "the sweep sets it at every point (sweep.grid: workload.size), so --set 'workload.size=2 MiB' would have "
+     "no effect"),
+    (["--grid", "workload.iterations=1,2", "--set", "workload.iterations=3"], "workload.iterations",
+     "the sweep sets it at every point (sweep.grid: workload.iterations)"),
+    (["--set", "sweep.grid.workload.size=[1 MiB]"], "sweep.grid.workload.size",
+     "--set cannot name a swept path (its dots would split it): give the values with --grid PATH=V1,V2"),
+])
+def test_a_set_the_sweep_would_override_or_split_is_refused(tmp_path, extra, path, expected):
+    """A ``--set`` of a swept path is replaced at every point; refusing it beats running without it."""
+    scenario_file = write(tmp_path, {"grid": {"workload.size": ["1 MiB", "2 MiB"]}})
+    result = sweep(scenario_file, tmp_path / "out", *extra)
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {scenario_file}: {path}: {expected}"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_messages_count_one_run_in_the_singular(tmp_path):
+    result = CliRunner().invoke(main, ["sweep", str(write(tmp_path, {"seeds": [4]})), "-o", str(tmp_path / "out"),
+                                       "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: 1 run in " in result.stderr and "sweep: 1 run: 1 ran (1 ok)" in result.output

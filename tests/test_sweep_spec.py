@@ -58,6 +58,13 @@ def test_run_key_is_the_resolved_scenario_so_equal_points_merge():
     assert len(plan.points[0].key) == 64
 
 
+def test_a_seed_listed_twice_merges_as_a_repeated_grid_value_does():
+    spec = parse_spec({"grid": {"workload.size": ["1 MiB", "1 MiB"]}, "seeds": [5, 5, 6]}, "s.yaml")
+    plan = plan_sweep(BASE, "s.yaml", spec)
+    assert plan.combinations == 6
+    assert [point.seed for point in plan.points] == [5, 6]
+
+
 def test_no_seeds_keeps_the_scenario_seed(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**BASE, "seed": 7}), encoding="utf-8")

@@ -25,7 +25,7 @@ from simhpc.trace.core_distance import calibration_round_trip, capture_round_tri
 from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
-from simhpc.units import format_time
+from simhpc.units import counted, format_time
 
 
 class CompareError(SimhpcError):
@@ -105,7 +105,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     console = Console()
     console.print(
         f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
-        f"{comparison.threads} thread{'s' if comparison.threads != 1 else ''}"
+        f"{counted(comparison.threads, 'thread')}"
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
@@ -142,11 +142,11 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"first touch: {format_time(comparison.first_touch_step_s)} a step of page faults predicted, "
             f"{fresh} ops writing {why}"
         )
-    counted = comparison.capture_page_faults_per_step
-    if counted is not None:
+    faults = comparison.capture_page_faults_per_step
+    if faults is not None:
         console.print(
             f"page faults: {comparison.fresh_pages_per_step:.0f} pages a step predicted fresh; the capture "
-            f"counted {counted:.0f} page faults a step in its process (getrusage, every thread's)"
+            f"counted {faults:.0f} page faults a step in its process (getrusage, every thread's)"
         )
     if comparison.activations_step_s > 0:
         convolutions = sum(1 for p in comparison.predictions if p.activations_s > 0)

@@ -11,6 +11,7 @@ import click
 from simhpc.cli.main import PATH, user_errors
 from simhpc.sweep import ExecutorConfig, SweepError, SweepPlan, SweepReport, load_plan, run_sweep
 from simhpc.sweep.store import store_path
+from simhpc.units import counted
 
 INTERRUPTED = 130
 SHOWN_ERRORS = 5
@@ -70,7 +71,8 @@ def command(scenario: Path, outdir: Path | None, spec_file: Path | None, overrid
             _print_plan(plan)
             return
         merged = plan.combinations - len(plan.points)
-        log(f"{len(plan.points)} runs in {scenario}" + (f" ({merged} duplicate points merged)" if merged else ""))
+        log(f"{counted(len(plan.points), 'run')} in {scenario}"
+            + (f" ({counted(merged, 'duplicate point')} merged)" if merged else ""))
         report = run_sweep(plan, folder, config, retry_errors=retry_errors, run_outputs=run_outputs,
                            progress=not quiet, log=log)
     except KeyboardInterrupt:
@@ -91,7 +93,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _print_plan(plan: SweepPlan) -> None:
     runs, points = len(plan.points), plan.combinations
-    click.echo(f"{runs} run{'s' if runs != 1 else ''} ({points} point{'s' if points != 1 else ''}) from {plan.source}")
+    click.echo(f"{counted(runs, 'run')} ({counted(points, 'point')}) from {plan.source}")
     for point in plan.points:
         click.echo(f"{point.index:5d}  {point.key[:12]}  {point.label()}")
 
@@ -99,10 +101,10 @@ def _print_plan(plan: SweepPlan) -> None:
 def _print_report(report: SweepReport) -> None:
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts.items()))
     ran = f"{report.ran} ran" + (f" ({counts})" if counts else "")
-    click.echo(f"sweep: {report.planned} runs: {ran}, {report.skipped} already stored; "
+    click.echo(f"sweep: {counted(report.planned, 'run')}: {ran}, {report.skipped} already stored; "
                + ", ".join(str(path) for path in [report.folder / "results.sqlite", *report.exports]))
     for point, message in report.failed[:SHOWN_ERRORS]:
         click.echo(f"  error in {point.key[:12]} ({point.label()}): {message}", err=True)
     if len(report.failed) > SHOWN_ERRORS:
-        click.echo(f"  ... and {len(report.failed) - SHOWN_ERRORS} more runs with errors (see results.csv)",
+        click.echo(f"  ... and {counted(len(report.failed) - SHOWN_ERRORS, 'more run')} with errors (see results.csv)",
                    err=True)

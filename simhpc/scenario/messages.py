@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from simhpc.units import huge_integer
+from simhpc.units import counted, huge_integer
 
 
 def _dotted(location: Iterable[Any]) -> str:
@@ -108,5 +108,5 @@ def describe_validation_error(error: ValidationError, data: Any) -> tuple[str, s
         message += f", got {_shown(chosen['input'])}"
     more = len(errors) - 1 - len(alternatives)
     if more:
-        message += f" (and {more} more error{'s' if more > 1 else ''})"
+        message += f" (and {counted(more, 'more error')})"
     return _dotted(chosen_loc), message

@@ -19,6 +19,7 @@ from simhpc.sweep.plan import SweepPlan, SweepPoint
 from simhpc.sweep.progress import SweepProgress
 from simhpc.sweep.store import ResultStore
 from simhpc.sweep.worker import RunOutcome
+from simhpc.units import counted
 
 SPEC_NAME = "sweep.yaml"
 CSV_NAME = "results.csv"
@@ -120,7 +121,7 @@ def run_sweep(plan: SweepPlan, folder: str | Path, config: ExecutorConfig | None
                     if point.key not in stored or (retry_errors and stored[point.key] == "error")]
             report.skipped = len(plan.points) - len(todo)
             if report.skipped:
-                say(f"{report.skipped} of {len(plan.points)} runs already stored in {store.path}, skipped")
+                say(f"{report.skipped} of {counted(len(plan.points), 'run')} already stored in {store.path}, skipped")
             if todo:
                 _execute(plan, todo, store, report, config, retry_errors,
                          str(folder / "runs") if run_outputs else None, progress, interactive, say)
@@ -140,7 +141,7 @@ def _execute(plan: SweepPlan, todo: list[SweepPoint], store: ResultStore, report
              interactive: bool | None, say: Callable[[str], None]) -> None:
     executor = open_executor(config, len(todo))
     report.executor = executor.describe()
-    say(f"running {len(todo)} run{'s' if len(todo) != 1 else ''} on {report.executor}")
+    say(f"running {counted(len(todo), 'run')} on {report.executor}")
     with executor, SweepProgress(len(todo), interactive=interactive, enabled=progress) as bar:
         for point, outcome in executor.run(todo, plan.source, outdir):
             outcome = _checked(point, outcome)

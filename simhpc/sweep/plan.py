@@ -208,13 +208,39 @@ def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterabl
             raise ScenarioError(spec_source, str(extra), "unknown field: a spec file holds a 'sweep:' mapping "
                                 "or the spec itself (grid, zip, seeds)")
         raw = loaded.get("sweep", loaded)
+    _check_sweep_overrides(overrides, source)
     raw = merge_grid(raw, grid)
     spec = parse_spec(raw, spec_source)
+    _check_swept_overrides(overrides, spec, source)
     if not spec.paths and spec.seeds is None:
         raise ScenarioError(spec_source, "sweep",
                             "nothing to sweep: give sweep: {grid: ..., zip: ..., seeds: [...]} "
                             "or --grid PATH=V1,V2")
     return plan_sweep(data, source, spec, overrides, spec_source, log)
+
+
+def _override_path(text: str) -> str:
+    return text.split("=", 1)[0].strip()
+
+
+def _check_sweep_overrides(overrides: Iterable[str], source: str) -> None:
+    """Refuse a ``--set`` into a grid or zip factor: its dots would split the factor's dotted path."""
+    for text in overrides:
+        path = _override_path(text)
+        if path.startswith(("sweep.grid.", "sweep.zip.")):
+            raise ScenarioError(source, path, f"--set cannot name a swept path (its dots would split it): "
+                                f"give the values with --grid PATH=V1,V2 instead (--set {text!r})")
+
+
+def _check_swept_overrides(overrides: Iterable[str], spec: SweepSpec, source: str) -> None:
+    """Refuse a ``--set`` of a path the sweep sets at every point: it would have no effect."""
+    for text in overrides:
+        path = _override_path(text)
+        swept = next((factor for factor in spec.paths if path == factor or path.startswith(factor + ".")), None)
+        if swept is not None:
+            section = "grid" if swept in spec.grid else "zip"
+            raise ScenarioError(source, path, f"the sweep sets it at every point (sweep.{section}: {swept}), so "
+                                f"--set {text!r} would have no effect: drop the --set or change the sweep")
 
 
 def params_json(point: SweepPoint) -> str:

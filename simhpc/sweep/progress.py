@@ -17,6 +17,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from simhpc.units import counted
+
 PLAIN_PERIOD_S = 5.0
 PLAIN_STEP = 0.1
 
@@ -88,7 +90,7 @@ class SweepProgress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = (self.total - self.done) / rate if rate > 0 else float("nan")
         eta = f", ~{left:.0f} s left" if self.done < self.total and rate > 0 else ""
-        print(f"sweep: {self.done}/{self.total} runs done ({self.status_text()}), "
+        print(f"sweep: {self.done}/{counted(self.total, 'run')} done ({self.status_text()}), "
               f"{elapsed:.1f} s elapsed{eta}", file=self.stream, flush=True)
         self._last_line = now
         self._last_fraction = self.done / self.total if self.total else 1.0

@@ -83,9 +83,6 @@ def _check_seeds(raw: Any, source: str) -> list[int] | None:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise ScenarioError(source, "sweep.seeds",
                                 f"seeds must be integers >= 0 (at most {MAX_SEED}), got {seed!r}")
-    if len(set(raw)) != len(raw):
-        duplicate = next(seed for seed in raw if raw.count(seed) > 1)
-        raise ScenarioError(source, "sweep.seeds", f"seed {duplicate} is listed twice")
     return list(raw)
 
 
