@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import io
 import json
 import math
 import os
@@ -905,6 +906,41 @@ def test_microbench_retake_still_far_waits_behind_a_planned_repeat(monkeypatch) 
     assert order == ["a", "b", "a"] and result["probes"]["round trip before points"]["kept_far"] == 1
 
 
+def test_microbench_measures_points_slower_than_the_reference_again(monkeypatch) -> None:
+    """After the first round, the points over SLOWER_THAN_REFERENCE x their reference time are
+    measured again, the slowest relative to it first, before and instead of their planned repeats;
+    the faster measurement is kept, and the probes count them. A point the reference lacks, one
+    within the threshold, and one whose first measurement took long are not measured again."""
+    from simhpc.costs.benchsuite import load_submodule
+    from simhpc.costs.calibration_merge import row_identity
+
+    runner = load_submodule("runner")
+    times = {"a": iter([2.0, 0.9]), "b": iter([1.1]), "c": iter([1.5, 1.6]), "d": iter([5.0])}
+    order: list[str] = []
+
+    def point(name: str) -> dict:
+        order.append(name)
+        return {"op": name, "time_s": next(times[name])}
+
+    reference = {row_identity({"op": name}): 1.0 for name in "abc"}
+    tasks = [runner.Task("framework", name, lambda name=name: point(name)) for name in "abcd"]
+    tasks.append(runner.Task("framework", "c", lambda: point("c"), again=True))
+    result = runner.run(tasks, reference=lambda section, row: reference.get(row_identity(row)))
+    assert order == ["a", "b", "c", "d", "a", "c"]  # a (2x) before c (1.5x); c's planned repeat dropped
+    assert [row["time_s"] for row in result["kernels"]["framework"]] == [0.9, 1.1, 1.5, 5.0]
+    assert result["probes"]["slower than reference"] == {
+        "threshold": runner.SLOWER_THAN_REFERENCE, "points": 2, "retaken": 2, "kept_slow": 1}
+
+    monkeypatch.setattr(runner, "REFERENCE_RETAKE_MAX_S", -1.0)  # every point took too long to repeat
+    times.update(a=iter([2.0]), b=iter([1.1]), c=iter([1.5, 1.4]), d=iter([5.0]))
+    order.clear()
+    result = runner.run(tasks, reference=lambda section, row: reference.get(row_identity(row)))
+    assert order == ["a", "b", "c", "d", "c"]  # only c's planned repeat
+    assert result["probes"]["slower than reference"]["points"] == 0
+    alone = runner.Task("framework", "e", lambda: {"op": "e", "time_s": 1.0})
+    assert "slower than reference" not in runner.run([alone])["probes"]
+
+
 def test_microbench_past_its_deadline_no_retake_is_probed(monkeypatch) -> None:
     """Once the deadline has passed no repeat fits, so none is probed either: the probes before
     hundreds of far retakes, each deferred up to three times, took calibrate 4-5 s past its
@@ -1372,6 +1408,30 @@ def test_cli_merge(tmp_path: Path, cal_path: Path) -> None:
     assert broken.exit_code == 2 and "broken.json" in broken.output and "Traceback" not in broken.output
     both = CliRunner().invoke(main, ["calibrate", "--merge", str(cal_path), "--quick", "-o", str(out)])
     assert both.exit_code == 2 and "--merge measures nothing" in both.stderr
+
+
+def test_calibrate_reference_is_used_only_for_this_kind_of_machine(tmp_path: Path, cal_path: Path) -> None:
+    """A named reference of this kind of machine gives each row its time; one of another machine is
+    refused with a warning, and --reference with --no-reference is a one-line error."""
+    from rich.console import Console
+
+    from simhpc.cli.calibrate_cmd import _reference
+    from simhpc.costs.calibration_merge import reference_seconds
+
+    calibration = load_calibration(cal_path)
+    warnings = Console(file=io.StringIO(), width=200)
+    found = _reference(cal_path, calibration.host, warnings)
+    assert found is not None
+    lookup = reference_seconds(found)
+    row = calibration.rows("gemm")[0]
+    assert lookup("gemm", {**row, "time_s": 123.0, "l1_probe_s": 1e-9}) == row["time_s"]
+    assert lookup("gemm", {**row, "threads": 99}) is None and lookup("conv", row) is None
+    other = dataclasses.replace(calibration.host, cores=calibration.host.cores + 1)
+    assert _reference(cal_path, other, warnings) is None
+    assert "measured another kind of machine" in warnings.file.getvalue()
+    both = CliRunner().invoke(main, ["calibrate", "--reference", str(cal_path), "--no-reference", "-o",
+                                     str(tmp_path / "c.json")])
+    assert both.exit_code == 2 and "--reference needs a measuring run" in both.stderr
 
 
 def test_repair_replaces_only_the_points_far_from_their_median(tmp_path: Path) -> None:

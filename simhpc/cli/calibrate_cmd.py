@@ -17,9 +17,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from simhpc.cli.main import PATH, user_errors, write_refusal
 from simhpc.costs.benchsuite import MicrobenchError, load_suite, suite_dir
-from simhpc.costs.calibration_file import build_calibration, load_calibration, write_calibration
-from simhpc.costs.calibration_merge import OUTLIER_RATIO, merge_calibrations, repair_outliers
-from simhpc.hardware.host import detect_host, native_half_types
+from simhpc.costs.calibration_file import (
+    Calibration,
+    CalibrationError,
+    build_calibration,
+    load_calibration,
+    write_calibration,
+)
+from simhpc.costs.calibration_merge import OUTLIER_RATIO, merge_calibrations, reference_seconds, repair_outliers
+from simhpc.hardware.host import HostFacts, default_calibration, detect_host, native_half_types
 from simhpc.units import format_bandwidth, format_rate, format_time
 
 BUSY_RUNNABLE = 0.25
@@ -82,8 +88,17 @@ def _write(data: dict[str, Any], output: Path) -> None:
     help=f"With --merge: keep the first file and replace only its points more than {OUTLIER_RATIO}x "
     "from their median over all the files (measured by at least three) with the median measurement.",
 )
+@click.option(
+    "--reference",
+    type=PATH,
+    help="An earlier calibration of this kind of machine: points that read over 1.15x its time are "
+    "measured again after the first round, the faster kept. Default: the committed calibration of "
+    "this kind of machine, where there is one.",
+)
+@click.option("--no-reference", is_flag=True, help="Measure no point again for being slower than a reference.")
 @user_errors
-def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) -> None:
+def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool, reference: Path | None,
+            no_reference: bool) -> None:
     """Time real kernels on this machine and write a calibration file.
 
     GEMM through numpy's BLAS and, when torch is importable, through PyTorch's (fp32/fp64,
@@ -93,7 +108,9 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
     copy/triad, a pointer-chase latency curve, the AMR 7-point stencil and hash-table probes
     (C, built with gcc), the round trip of a cache line between two cores at the
     start and the end, and an L1 probe before every point (how many were measured while another
-    hardware thread shared the core). Pass the file to 'simhpc compare --calibration FILE' or set
+    hardware thread shared the core). Points over 1.15x their time in a reference calibration of
+    this kind of machine are measured again after the first round. Pass the file to
+    'simhpc compare --calibration FILE' or set
     SIMHPC_CALIBRATION=FILE; else the committed calibration (validation/calibration/) of this
     kind of machine, or of the one most like it, is the catalog's 'host' CPU.
     """
@@ -102,6 +119,8 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
         raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
     if merge and quick:
         raise MicrobenchError("--quick sets what to measure and --merge measures nothing: give one of them")
+    if reference is not None and (no_reference or merge):
+        raise MicrobenchError("--reference needs a measuring run without --no-reference or --merge")
     if repair:
         if len(merge) < 3:
             raise MicrobenchError("--repair needs the file to repair and at least two others, each given with --merge")
@@ -130,6 +149,7 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
             "traces then times products from numpy's BLAS and lists what it cannot time "
             "(.venv/bin/pip install torch==2.13.0 to measure them)"
         )
+    baseline = None if quick or no_reference else _reference(reference, host, err)
     start = time.perf_counter()
     try:
         native_half = native_half_types(host.isa_flags)
@@ -158,7 +178,10 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
             left = None if quick else DEADLINE_S - (time.perf_counter() - start)
             l1 = next((cache.size for cache in host.caches if cache.name == "L1D"), None)
             results = suite.run(tasks, advance, deadline_s=left, l1_bytes=l1,
-                                round_trips=suite.peers_available(host.cores))
+                                round_trips=suite.peers_available(host.cores),
+                                reference=reference_seconds(baseline) if baseline else None)
+            if baseline:
+                results["probes"]["slower than reference"]["reference"] = Path(baseline.source).name
     except RuntimeError as error:  # BuildError, missing threadpoolctl, a kernel that failed
         raise MicrobenchError(f"calibration failed: {error}") from None
     wall = time.perf_counter() - start
@@ -188,9 +211,39 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool) ->
     )
     _echo_round_trips(data["probes"])
     _echo_l1_probe(data["probes"])
+    _echo_reference(data["probes"])
     skipped = results.get("repeats_skipped", 0)
     click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s"
                + (f" ({skipped} second-round repeats skipped to finish within {DEADLINE_S:.0f} s)" if skipped else ""))
+
+
+def _reference(named: Path | None, host: HostFacts, err: Console) -> Calibration | None:
+    """The calibration whose times pick the points to measure again: ``named``, else the default
+    calibration where it measured this kind of machine (None otherwise, with a warning for a named
+    file of another machine)."""
+    if named is None:
+        path = default_calibration(host)
+        if not path.exists():
+            return None
+        try:
+            calibration = load_calibration(path)
+        except CalibrationError:
+            return None
+        return calibration if calibration.host.same_machine(host) else None
+    calibration = load_calibration(named)
+    if not calibration.host.same_machine(host):
+        err.print(f"warning: {named} measured another kind of machine than this one; "
+                  "no point is measured again for being slower than it")
+        return None
+    return calibration
+
+
+def _echo_reference(probes: dict) -> None:
+    """Print how many points read slower than the reference, and how many of them were measured again."""
+    slow = probes.get("slower than reference")
+    if slow:
+        click.echo(f"{slow['points']} points over {slow['threshold']}x their time in {slow['reference']}: "
+                   f"{slow['retaken']} measured again, {slow['kept_slow']} kept over it")
 
 
 SHARED_CORE_WARNING = 0.2

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from simhpc.costs.calibration_file import PROBE_NUMBERS, Calibration, CalibrationError, build_calibration
@@ -42,6 +42,14 @@ def row_identity(row: dict[str, Any]) -> str:
 def row_seconds(row: dict[str, Any]) -> float:
     """A row's measured seconds (``latency_s`` for pointer-chase rows, else ``time_s``)."""
     return float(row["latency_s"] if "latency_s" in row and "time_s" not in row else row["time_s"])
+
+
+def reference_seconds(calibration: Calibration) -> Callable[[str, dict[str, Any]], float | None]:
+    """A lookup of the seconds ``calibration`` measured for a row of a section (matched by what the
+    row measured; None where it has no such point): ``simhpc calibrate``'s reference."""
+    seconds = {(section, row_identity(row)): row_seconds(row)
+               for section, rows in calibration.data["kernels"].items() for row in rows}
+    return lambda section, row: seconds.get((section, row_identity(row)))
 
 
 def fastest_rows(measurements: Iterable[Mapping[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:

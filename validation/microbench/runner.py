@@ -302,6 +302,18 @@ def threads_of(label: str) -> int:
     return int(found.group(1)) if found else 1
 
 
+SLOWER_THAN_REFERENCE = 1.15
+"""A first-round point over this many times the same point in the reference calibration (an earlier
+run on this kind of machine) is measured again after the first round, the faster kept. On the Zen 4
+guest a single run measures 5-14 % of its points this much slower than the run's usual in spells of
+seconds the L1 probe and the cores' round trip do not see (``validation/README.md``, session 37)."""
+REFERENCE_RETAKE_MAX_S = 1.0
+"""A point whose first measurement took longer than this is not measured again for being slow: the
+seconds are worth more to many short points."""
+Reference = Callable[[str, dict[str, Any]], float | None]
+"""The reference calibration's seconds for a row of a section (None where it has no such point)."""
+
+
 RETAKE_DEFERRALS = 3
 """Times a retake whose probe still reads the cores far apart (or the core shared) is put back behind
 one planned repeat (far spells last seconds to minutes) before it is measured anyway."""
@@ -321,8 +333,33 @@ def _first_round_end(tasks: list[Task]) -> int:
     return boundary
 
 
+def _slower_than_reference(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dict[str, float],
+                           reference: Reference, exclude: set[str]) -> list[Task]:
+    """The first-round points over :data:`SLOWER_THAN_REFERENCE` times their reference time (not in
+    ``exclude``, quick enough to repeat), as retakes, the slowest relative to the reference first."""
+    suspects = []
+    for task in first_round:
+        row = rows.get(task.label)
+        if row is None or task.label in exclude or took.get(task.label, 0.0) > REFERENCE_RETAKE_MAX_S:
+            continue
+        expected = reference(task.section, row)
+        if expected and _seconds(row) > SLOWER_THAN_REFERENCE * expected:
+            suspects.append((_seconds(row) / expected, replace(task, again=True, retake=True)))
+    suspects.sort(key=lambda pair: -pair[0])
+    return [task for _, task in suspects]
+
+
+def _reference_summary(suspects: list[Task], rows: dict[str, dict[str, Any]], reference: Reference,
+                       retaken: int) -> dict[str, Any]:
+    """The ``slower than reference`` entry of the calibration's probes: how many first-round points
+    read over the threshold, how many were measured again in time, and how many are kept over it."""
+    still = sum(_seconds(rows[task.label]) > SLOWER_THAN_REFERENCE * (reference(task.section, rows[task.label]) or 0)
+                for task in suspects)
+    return {"threshold": SLOWER_THAN_REFERENCE, "points": len(suspects), "retaken": retaken, "kept_slow": still}
+
+
 def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None,
-        l1_bytes: int | None = None, round_trips: bool = False) -> dict[str, Any]:
+        l1_bytes: int | None = None, round_trips: bool = False, reference: Reference | None = None) -> dict[str, Any]:
     """Measure ``tasks`` in order; returns ``{"kernels": {section: [rows]}, "probes": {...},
     "repeats_skipped": n, "first_round_s": seconds}`` (the time to the first repeat: every point
     measured once).
@@ -332,14 +369,16 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     skipped (the first round's measurement stands). ``l1_bytes``: the L1 data cache, to take the L1
     probe (:class:`L1Watch`) before every first-round point and retake, its reading kept in the
     point's row (``l1_probe_s``). ``round_trips``: take the cores' round trip (:class:`PeerWatch`)
-    before every multi-thread point, kept in its row (``round_trip_s``).
+    before every multi-thread point, kept in its row (``round_trip_s``). ``reference``: a point's
+    time in an earlier calibration of this kind of machine.
 
     After the first round, the points read with the cores far apart, and those read on a shared
     core (:meth:`L1Watch.retake_labels`), are measured once more, before and instead of their
-    planned repeats; a retake whose probe still reads far (or shared) waits behind a planned
-    repeat, up to :data:`RETAKE_DEFERRALS` times. The faster measurement is kept, as for every
-    repeat. glibc's malloc is told to keep freed memory first (:func:`pages.keep_freed_memory`):
-    the points time kernels, not page faults.
+    planned repeats; a retake whose probe still reads far (or shared) waits behind another repeat,
+    up to :data:`RETAKE_DEFERRALS` times. Then the points slower than their ``reference`` (by
+    :data:`SLOWER_THAN_REFERENCE`) are measured once more, also before and instead of their planned
+    repeats. The faster measurement is kept, as for every repeat. glibc's malloc is told to keep
+    freed memory first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
     peers = PeerWatch() if round_trips else None
@@ -348,7 +387,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     probes: dict[str, dict[str, Any]] = {}
     first: dict[str, dict[str, Any]] = {}
     took: dict[str, float] = {}
-    counts = {"skipped": 0, "far": 0, "shared": 0}
+    counts = {"skipped": 0, "far": 0, "shared": 0, "slow": 0}
     start = time.perf_counter()
 
     def measure(task: Task, readings: dict[str, float] | None = None) -> None:
@@ -410,19 +449,30 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     shared = set(watch.retake_labels()) if watch is not None else set()
     waiting = deque((replace(task, again=True, retake=True), 0) for task in first_round
                     if task.label in far or task.label in shared)
-    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far | shared)
-    while waiting or planned:
+    suspects = _slower_than_reference(first_round, first, took, reference, far | shared) if reference else []
+    slow = deque(suspects)
+    retaken = far | shared | {task.label for task in suspects}
+    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in retaken)
+
+    def measure_next() -> None:
+        """Measure the next retake of a point slower than its reference, else the next planned repeat."""
+        queue = slow or planned
+        before = counts["skipped"]
+        measure(queue.popleft())
+        counts["slow"] += queue is slow and counts["skipped"] == before
+
+    while waiting or slow or planned:
         if deadline_s is not None and time.perf_counter() - start > deadline_s:
-            counts["skipped"] += len(waiting) + len(planned)  # past it, no repeat fits: probe no more
+            counts["skipped"] += len(waiting) + len(slow) + len(planned)  # past it, no repeat fits: probe no more
             break
         if not waiting:
-            measure(planned.popleft())
+            measure_next()
             continue
         task, deferred = waiting.popleft()
         suspect, readings = still_suspect(task.label)
-        if suspect and planned and deferred < RETAKE_DEFERRALS:
+        if suspect and (slow or planned) and deferred < RETAKE_DEFERRALS:
             waiting.append((task, deferred + 1))
-            measure(planned.popleft())
+            measure_next()
             continue
         before = counts["skipped"]
         measure(task, readings)
@@ -437,5 +487,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     if peers is not None and peers.readings:
         kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
         probes["round trip before points"] = peers.summary(counts["far"], kept)
+    if reference is not None:
+        probes["slower than reference"] = _reference_summary(suspects, first, reference, counts["slow"])
     return {"kernels": kernels, "probes": probes, "repeats_skipped": counts["skipped"],
             "first_round_s": first_round_s}
