@@ -1432,6 +1432,10 @@ def test_calibrate_reference_is_used_only_for_this_kind_of_machine(tmp_path: Pat
     both = CliRunner().invoke(main, ["calibrate", "--reference", str(cal_path), "--no-reference", "-o",
                                      str(tmp_path / "c.json")])
     assert both.exit_code == 2 and "--reference needs a measuring run" in both.stderr
+    missing = CliRunner().invoke(main, ["calibrate", "--reference", str(tmp_path / "none.json"), "-o",
+                                        str(tmp_path / "c.json")])
+    assert missing.exit_code == 2 and "none.json: no such calibration file" in missing.stderr
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_repair_replaces_only_the_points_far_from_their_median(tmp_path: Path) -> None:
