@@ -18,7 +18,7 @@ from simhpc.hardware.catalog import Catalog, CatalogError, builtin_catalog
 from simhpc.registry import UnknownNameError, lookup
 from simhpc.scenario.messages import describe_validation_error
 from simhpc.scenario.network import GpuCluster
-from simhpc.scenario.overrides import OverrideError, apply_override, parse_override
+from simhpc.scenario.overrides import OverrideError, apply_override, override_path, parse_override
 from simhpc.scenario.schema import ScenarioBase, scenario_model
 from simhpc.scenario.yamlio import ExpansionError, load_yaml
 from simhpc.workloads.base import InvalidReference
@@ -145,7 +145,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> ScenarioBa
 def naming_override(error: ScenarioError, overrides: Iterable[str]) -> ScenarioError:
     """``error`` with the ``--set`` that gave its field (or a section around it) its value, if one did."""
     for text in reversed(list(overrides)):  # the last one of a path wins
-        path = text.split("=", 1)[0].strip()
+        path = override_path(text)
         if path and (error.path == path or error.path.startswith(path + ".")):
             return ScenarioError(error.source, error.path, f"{error.message} (--set {_shown(text)})")
     return error

@@ -22,6 +22,11 @@ class OverrideError(ValueError):
         super().__init__(message)
 
 
+def override_path(text: str) -> str:
+    """The dotted path of ``--set PATH=VALUE`` (the text before the first ``=``), unchecked."""
+    return text.split("=", 1)[0].strip()
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``a.b.c=value``; the value is read as YAML ('20' -> 20, '[1, 2]' -> list)."""
     if "=" not in text:

@@ -14,7 +14,7 @@ from typing import Any
 from simhpc.errors import ScenarioError
 from simhpc.runner import build
 from simhpc.scenario.loader import naming_override, read_yaml, scenario_from_dict, with_overrides
-from simhpc.scenario.overrides import OverrideError, set_override
+from simhpc.scenario.overrides import OverrideError, override_path, set_override
 from simhpc.sweep.keys import resolved_scenario, run_key
 from simhpc.sweep.spec import SweepSpec, merge_grid, parse_spec
 
@@ -219,14 +219,10 @@ def load_plan(scenario: str | Path, overrides: Iterable[str] = (), grid: Iterabl
     return plan_sweep(data, source, spec, overrides, spec_source, log)
 
 
-def _override_path(text: str) -> str:
-    return text.split("=", 1)[0].strip()
-
-
 def _check_sweep_overrides(overrides: Iterable[str], source: str) -> None:
     """Refuse a ``--set`` into a grid or zip factor: its dots would split the factor's dotted path."""
     for text in overrides:
-        path = _override_path(text)
+        path = override_path(text)
         if path.startswith(("sweep.grid.", "sweep.zip.")):
             raise ScenarioError(source, path, f"--set cannot name a swept path (its dots would split it): "
                                 f"give the values with --grid PATH=V1,V2 instead (--set {text!r})")
@@ -235,7 +231,7 @@ def _check_sweep_overrides(overrides: Iterable[str], source: str) -> None:
 def _check_swept_overrides(overrides: Iterable[str], spec: SweepSpec, source: str) -> None:
     """Refuse a ``--set`` of a path the sweep sets at every point: it would have no effect."""
     for text in overrides:
-        path = _override_path(text)
+        path = override_path(text)
         swept = next((factor for factor in spec.paths if path == factor or path.startswith(factor + ".")), None)
         if swept is not None:
             section = "grid" if swept in spec.grid else "zip"

@@ -334,9 +334,9 @@ def _first_round_end(tasks: list[Task]) -> int:
 
 
 def _slower_than_reference(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dict[str, float],
-                           reference: Reference, exclude: set[str]) -> list[Task]:
+                           reference: Reference, exclude: set[str]) -> list[tuple[Task, float]]:
     """The first-round points over :data:`SLOWER_THAN_REFERENCE` times their reference time (not in
-    ``exclude``, quick enough to repeat), as retakes, the slowest relative to the reference first."""
+    ``exclude``, quick enough to repeat), as retakes with that time, the slowest relative to it first."""
     suspects = []
     for task in first_round:
         row = rows.get(task.label)
@@ -344,17 +344,16 @@ def _slower_than_reference(first_round: list[Task], rows: dict[str, dict[str, An
             continue
         expected = reference(task.section, row)
         if expected and _seconds(row) > SLOWER_THAN_REFERENCE * expected:
-            suspects.append((_seconds(row) / expected, replace(task, again=True, retake=True)))
-    suspects.sort(key=lambda pair: -pair[0])
-    return [task for _, task in suspects]
+            suspects.append((replace(task, again=True, retake=True), expected))
+    suspects.sort(key=lambda pair: -_seconds(rows[pair[0].label]) / pair[1])
+    return suspects
 
 
-def _reference_summary(suspects: list[Task], rows: dict[str, dict[str, Any]], reference: Reference,
+def _reference_summary(suspects: list[tuple[Task, float]], rows: dict[str, dict[str, Any]],
                        retaken: int) -> dict[str, Any]:
     """The ``slower than reference`` entry of the calibration's probes: how many first-round points
     read over the threshold, how many were measured again in time, and how many are kept over it."""
-    still = sum(_seconds(rows[task.label]) > SLOWER_THAN_REFERENCE * (reference(task.section, rows[task.label]) or 0)
-                for task in suspects)
+    still = sum(_seconds(rows[task.label]) > SLOWER_THAN_REFERENCE * expected for task, expected in suspects)
     return {"threshold": SLOWER_THAN_REFERENCE, "points": len(suspects), "retaken": retaken, "kept_slow": still}
 
 
@@ -450,8 +449,8 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     waiting = deque((replace(task, again=True, retake=True), 0) for task in first_round
                     if task.label in far or task.label in shared)
     suspects = _slower_than_reference(first_round, first, took, reference, far | shared) if reference else []
-    slow = deque(suspects)
-    retaken = far | shared | {task.label for task in suspects}
+    slow = deque(task for task, _ in suspects)
+    retaken = far | shared | {task.label for task in slow}
     planned = deque(task for task in tasks[boundary:] if task.again and task.label not in retaken)
 
     def measure_next() -> None:
@@ -488,6 +487,6 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
         probes["round trip before points"] = peers.summary(counts["far"], kept)
     if reference is not None:
-        probes["slower than reference"] = _reference_summary(suspects, first, reference, counts["slow"])
+        probes["slower than reference"] = _reference_summary(suspects, first, counts["slow"])
     return {"kernels": kernels, "probes": probes, "repeats_skipped": counts["skipped"],
             "first_round_s": first_round_s}
