@@ -941,6 +941,37 @@ def test_microbench_measures_points_slower_than_the_reference_again(monkeypatch)
     assert "slower than reference" not in runner.run([alone])["probes"]
 
 
+def test_microbench_retakes_go_by_how_far_over_the_reference_they_read(monkeypatch) -> None:
+    """With a reference, every point over SLOWER_THAN_REFERENCE x it is measured again first, the
+    slowest relative to it first, whether the cores read far apart before it (a: 1.5x) or not
+    (b: 3x); a point read far but within the reference (c) comes last; one read far without a
+    reference point (d) comes with c, in measuring order."""
+    from simhpc.costs.benchsuite import load_submodule
+    from simhpc.costs.calibration_merge import row_identity
+
+    runner, latency = load_submodule("runner"), load_submodule("latency")
+    first = {"a": 300e-9, "b": 60e-9, "c": 310e-9, "d": 320e-9, "e": 61e-9}
+    readings = iter([first[name] for name in "abcde"])
+    monkeypatch.setattr(latency, "quick_round_trip", lambda: next(readings, 60e-9))
+    order: list[str] = []
+
+    times = {"a": iter([1.5, 1.4]), "b": iter([3.0, 0.9]), "c": iter([1.0, 0.9]), "d": iter([1.0, 0.9]),
+             "e": iter([1.0])}
+
+    def point(name: str) -> dict:
+        order.append(name)
+        return {"op": name, "time_s": next(times[name])}
+
+    reference = {row_identity({"op": name}): 1.0 for name in "abce"}
+    tasks = [runner.Task("framework", f"2t {name}", lambda name=name: point(name)) for name in "abcde"]
+    result = runner.run(tasks, round_trips=True, reference=lambda section, row: reference.get(row_identity(row)))
+    assert order == ["a", "b", "c", "d", "e", "b", "a", "c", "d"]
+    assert result["probes"]["slower than reference"] == {
+        "threshold": runner.SLOWER_THAN_REFERENCE, "points": 1, "retaken": 1, "kept_slow": 0}
+    assert result["probes"]["round trip before points"]["retaken"] == 3
+    assert [row["time_s"] for row in result["kernels"]["framework"]] == [1.4, 0.9, 0.9, 0.9, 1.0]
+
+
 def test_microbench_past_its_deadline_no_retake_is_probed(monkeypatch) -> None:
     """Once the deadline has passed no repeat fits, so none is probed either: the probes before
     hundreds of far retakes, each deferred up to three times, took calibrate 4-5 s past its

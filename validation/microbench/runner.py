@@ -316,7 +316,8 @@ Reference = Callable[[str, dict[str, Any]], float | None]
 
 RETAKE_DEFERRALS = 3
 """Times a retake whose probe still reads the cores far apart (or the core shared) is put back behind
-one planned repeat (far spells last seconds to minutes) before it is measured anyway."""
+the next retake, or one planned repeat where no other retake waits (far spells last seconds to
+minutes), before it is measured anyway."""
 
 
 def _seconds(row: dict[str, Any]) -> float:
@@ -333,20 +334,29 @@ def _first_round_end(tasks: list[Task]) -> int:
     return boundary
 
 
-def _slower_than_reference(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dict[str, float],
-                           reference: Reference, exclude: set[str]) -> list[tuple[Task, float]]:
-    """The first-round points over :data:`SLOWER_THAN_REFERENCE` times their reference time (not in
-    ``exclude``, quick enough to repeat), as retakes with that time, the slowest relative to it first."""
-    suspects = []
+def _retakes(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dict[str, float],
+             reference: Reference | None, flagged: set[str]) -> tuple[list[Task], list[tuple[Task, float]]]:
+    """The points to measure again after the first round, in order, and those of them measured again
+    only for being slower than the reference, with its time.
+
+    Without a reference: the ``flagged`` points (cores far apart, shared core) in measuring order.
+    With one: first every point over :data:`SLOWER_THAN_REFERENCE` times its reference time, flagged
+    or not (an unflagged one only if quick enough to repeat), the slowest relative to it first;
+    then the flagged points the reference does not show slow."""
+    ratios: dict[str, float] = {}
+    slow_only = []
     for task in first_round:
         row = rows.get(task.label)
-        if row is None or task.label in exclude or took.get(task.label, 0.0) > REFERENCE_RETAKE_MAX_S:
+        expected = reference(task.section, row) if reference is not None and row is not None else None
+        if not expected or _seconds(row) <= SLOWER_THAN_REFERENCE * expected:
             continue
-        expected = reference(task.section, row)
-        if expected and _seconds(row) > SLOWER_THAN_REFERENCE * expected:
-            suspects.append((replace(task, again=True, retake=True), expected))
-    suspects.sort(key=lambda pair: -_seconds(rows[pair[0].label]) / pair[1])
-    return suspects
+        if task.label in flagged or took.get(task.label, 0.0) <= REFERENCE_RETAKE_MAX_S:
+            ratios[task.label] = _seconds(row) / expected
+            if task.label not in flagged:
+                slow_only.append((task, expected))
+    over = sorted((task for task in first_round if task.label in ratios), key=lambda task: -ratios[task.label])
+    rest = [task for task in first_round if task.label in flagged and task.label not in ratios]
+    return [replace(task, again=True, retake=True) for task in over + rest], slow_only
 
 
 def _reference_summary(suspects: list[tuple[Task, float]], rows: dict[str, dict[str, Any]],
@@ -374,9 +384,10 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     After the first round, the points read with the cores far apart, and those read on a shared
     core (:meth:`L1Watch.retake_labels`), are measured once more, before and instead of their
     planned repeats; a retake whose probe still reads far (or shared) waits behind another repeat,
-    up to :data:`RETAKE_DEFERRALS` times. Then the points slower than their ``reference`` (by
-    :data:`SLOWER_THAN_REFERENCE`) are measured once more, also before and instead of their planned
-    repeats. The faster measurement is kept, as for every repeat. glibc's malloc is told to keep
+    up to :data:`RETAKE_DEFERRALS` times. With a ``reference``, so are the points over
+    :data:`SLOWER_THAN_REFERENCE` times it, and every point over it is measured again first, the
+    slowest relative to it first (:func:`_retakes`), the points flagged far or shared that read
+    within it last. The faster measurement is kept, as for every repeat. glibc's malloc is told to keep
     freed memory first (:func:`pages.keep_freed_memory`): the points time kernels, not page faults.
     """
     watch = L1Watch(l1_bytes) if l1_bytes else None
@@ -446,38 +457,31 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     first_round_s = time.perf_counter() - start
     far = set(peers.slow_labels()) if peers is not None else set()
     shared = set(watch.retake_labels()) if watch is not None else set()
-    waiting = deque((replace(task, again=True, retake=True), 0) for task in first_round
-                    if task.label in far or task.label in shared)
-    suspects = _slower_than_reference(first_round, first, took, reference, far | shared) if reference else []
-    slow = deque(task for task, _ in suspects)
-    retaken = far | shared | {task.label for task in slow}
-    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in retaken)
-
-    def measure_next() -> None:
-        """Measure the next retake of a point slower than its reference, else the next planned repeat."""
-        queue = slow or planned
-        before = counts["skipped"]
-        measure(queue.popleft())
-        counts["slow"] += queue is slow and counts["skipped"] == before
-
-    while waiting or slow or planned:
+    order, suspects = _retakes(first_round, first, took, reference, far | shared)
+    slow = {task.label for task, _ in suspects}
+    waiting = deque((task, 0) for task in order)
+    planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far | shared | slow)
+    while waiting or planned:
         if deadline_s is not None and time.perf_counter() - start > deadline_s:
-            counts["skipped"] += len(waiting) + len(slow) + len(planned)  # past it, no repeat fits: probe no more
+            counts["skipped"] += len(waiting) + len(planned)  # past it, no repeat fits: probe no more
             break
         if not waiting:
-            measure_next()
+            measure(planned.popleft())
             continue
         task, deferred = waiting.popleft()
         suspect, readings = still_suspect(task.label)
-        if suspect and (slow or planned) and deferred < RETAKE_DEFERRALS:
+        if suspect and (waiting or planned) and deferred < RETAKE_DEFERRALS:
+            alone = not waiting
             waiting.append((task, deferred + 1))
-            measure_next()
+            if alone:  # wait behind a planned repeat, else behind the next retake
+                measure(planned.popleft())
             continue
         before = counts["skipped"]
         measure(task, readings)
         if counts["skipped"] == before:
             counts["far"] += task.label in far
             counts["shared"] += task.label in shared
+            counts["slow"] += task.label in slow
     for task in tasks[boundary:]:
         if not task.again:
             measure(task)
