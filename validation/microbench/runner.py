@@ -305,8 +305,9 @@ def threads_of(label: str) -> int:
 SLOWER_THAN_REFERENCE = 1.15
 """A first-round point over this many times the same point in the reference calibration (an earlier
 run on this kind of machine) is measured again after the first round, the faster kept. On the Zen 4
-guest a single run measures 5-14 % of its points this much slower than the run's usual in spells of
-seconds the L1 probe and the cores' round trip do not see (``validation/README.md``, session 37)."""
+guest a single run measured 5-14 % of its 1-thread points this much slower than the same point's
+median over 25 runs, in spells of seconds that the L1 probe and the cores' round trip do not see
+(``validation/README.md``, session 37)."""
 REFERENCE_RETAKE_MAX_S = 1.0
 """A point whose first measurement took longer than this is not measured again for being slow: the
 seconds are worth more to many short points."""
