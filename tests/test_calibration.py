@@ -1227,6 +1227,23 @@ def test_calibrate_warns_when_a_fifth_of_the_points_ran_on_a_shared_core(capsys:
     assert capsys.readouterr().out == ""
 
 
+def test_calibrate_warns_when_many_points_stay_slower_than_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    from simhpc.cli.calibrate_cmd import _echo_reference
+
+    def probe(kept: int) -> dict:
+        return {"slower than reference": {"threshold": 1.15, "points": 300, "retaken": 120, "kept_slow": kept,
+                                          "reference": "epyc-zen4.json"}}
+
+    _echo_reference(probe(50), 1000)
+    captured = capsys.readouterr()
+    assert "300 points over 1.15x their time in epyc-zen4.json: 120 measured again, 50 kept over it" in captured.out
+    assert "warning" not in captured.err
+    _echo_reference(probe(51), 1000)
+    assert "warning: 51 of 1000 points are kept over 1.15x their time in epyc-zen4.json" in capsys.readouterr().err
+    _echo_reference({}, 1000)  # no reference: nothing printed
+    assert capsys.readouterr().out == ""
+
+
 def test_calibrate_warns_when_the_cores_round_trip_moved(capsys: pytest.CaptureFixture[str]) -> None:
     from simhpc.cli.calibrate_cmd import _echo_round_trips
 
