@@ -954,7 +954,6 @@ def test_microbench_retakes_go_by_how_far_over_the_reference_they_read(monkeypat
     readings = iter([first[name] for name in "abcde"])
     monkeypatch.setattr(latency, "quick_round_trip", lambda: next(readings, 60e-9))
     order: list[str] = []
-
     times = {"a": iter([1.5, 1.4]), "b": iter([3.0, 0.9]), "c": iter([1.0, 0.9]), "d": iter([1.0, 0.9]),
              "e": iter([1.0])}
 

@@ -240,8 +240,8 @@ def _reference(named: Path | None, host: HostFacts, err: Console) -> Calibration
 
 KEPT_SLOW_WARNING = 0.05
 """Share of a run's points kept over the reference's threshold (found slow by nothing else) above which
-``calibrate`` warns: 6.3 and 6.8 % in the two fresh checks on a busy Zen 4 host whose 2-thread CNN
-came out 12.5 and 17.9 % over, 0.7-3.2 % in the four others (``validation/README.md``, session 37)."""
+``calibrate`` warns: 6.3-7.8 % in the three fresh checks on a busy Zen 4 host, whose 2-thread CNN
+came out 11.9-17.9 % over, 0.7-3.2 % in the four others (``validation/README.md``, session 37)."""
 
 
 def _echo_reference(probes: dict, points: int) -> None:
