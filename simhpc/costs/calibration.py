@@ -28,6 +28,9 @@ the cold products' fits (:mod:`simhpc.costs.cold_products`) and a training step'
   ``cache="cold"`` an elementwise or reduction kernel (and a layout-changing copy, pooling or
   random fill) takes at least what the cold ``add``/``sum`` points (single calls after a cache
   flush) give its bytes: a framework op inside a training step finds its operands out of cache.
+  Those points' ``add`` writes a third array, each line of which is fetched before it is
+  written, so an op that writes in place (``x.add_(y)``, ``Elementwise.in_place``) is given only
+  the bytes it reads; its working set, warm or cold, is its distinct bytes.
   A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
   BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us

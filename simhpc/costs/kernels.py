@@ -211,13 +211,17 @@ class Recurrent(Kernel):
 
 @dataclass(frozen=True)
 class Elementwise(Kernel):
-    """An elementwise map over ``n`` elements reading ``inputs`` and writing ``outputs`` arrays."""
+    """An elementwise map over ``n`` elements reading ``inputs`` and writing ``outputs`` arrays.
+
+    ``in_place``: its output overwrites one of its inputs (``x.add_(y)``, ``x.relu_()``), so the
+    lines it writes are those it has just read, not lines of another array fetched first."""
 
     n: int = 1
     op: str = "add"
     flops_per_element: float = 1.0
     inputs: int = 2
     outputs: int = 1
+    in_place: bool = False
 
     kind = "elementwise"
 
@@ -226,6 +230,12 @@ class Elementwise(Kernel):
 
     def bytes(self) -> float:
         return float(self.inputs + self.outputs) * self.n * dtype_bytes(self.dtype)
+
+    def fetched_bytes(self) -> float:
+        """The distinct bytes it touches, each fetched into the caches once: its inputs, and its
+        outputs unless it writes them in place (a line written first is read first)."""
+        arrays = self.inputs if self.in_place else self.inputs + self.outputs
+        return float(arrays) * self.n * dtype_bytes(self.dtype)
 
 
 @dataclass(frozen=True)

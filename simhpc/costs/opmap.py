@@ -48,6 +48,7 @@ from simhpc.costs.opnames import (
     UNCOVERED,
     base_name,
     classify,
+    in_place,
     names,
 )
 from simhpc.costs.product_ops import conv_kernel, gemm_kernel, product_layout, recurrent_kernel
@@ -406,7 +407,16 @@ def kernel_for(
     if kind in ("gemm", "conv") and tensors[0][1] in INTEGER_TYPES:
         return OpKernel(None, f"{tensors[0][1]} {kind}: torch runs integer products without a BLAS "
                               "(not calibrated)")
-    return _understood(_own_work, op, kind, shapes, dtypes, concrete, strides, child_names, tensors)
+    found = _understood(_own_work, op, kind, shapes, dtypes, concrete, strides, child_names, tensors)
+    if in_place(name) and isinstance(found.kernel, Elementwise) and found.kernel.inputs > 0 \
+            and op not in OVERWRITTEN and not op.startswith(("_foreach", "_fused")):
+        return OpKernel(dataclasses.replace(found.kernel, in_place=True))
+    return found
+
+
+OVERWRITTEN = names("copy fill zero") | INDEXED_OPS
+"""In-place ops that write their destination without reading it first (or only at the indices
+they scatter to): as their out-of-place forms, each written line is fetched before it is written."""
 
 
 def _understood(describe: Any, *arguments: Any) -> OpKernel:

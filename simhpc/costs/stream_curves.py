@@ -2,8 +2,8 @@
 byte (or per stencil cell, per probed line) interpolated over the working set (log-log PCHIP,
 clamped to the measured range) per op, dtype and thread count; layout-changing copies between
 the curves of the two nearest contiguous runs, batched transposes over their block shape; and
-with ``cache="cold"`` no faster than the cold ``add``/``sum`` points (see
-:mod:`simhpc.costs.calibration` for the whole model)."""
+with ``cache="cold"`` no faster than the cold ``add``/``sum`` points give the bytes it fetches
+(an in-place map: its inputs only; see :mod:`simhpc.costs.calibration` for the whole model)."""
 
 from __future__ import annotations
 
@@ -183,9 +183,9 @@ class StreamCurves:
             if per_tensor not in self._framework_ops:
                 per_tensor = FRAMEWORK_STAND_INS.get(per_tensor, per_tensor)
             if framework and self.blas == "torch" and per_tensor in self._framework_ops:
-                return "framework", per_tensor, kernel.dtype, kernel.bytes(), kernel.bytes()
+                return "framework", per_tensor, kernel.dtype, kernel.fetched_bytes(), kernel.bytes()
             op = _OP_CURVE.get(per_tensor.removesuffix("_"), "add")
-            return "elementwise", op, kernel.dtype, kernel.bytes(), kernel.bytes()
+            return "elementwise", op, kernel.dtype, kernel.fetched_bytes(), kernel.bytes()
         if isinstance(kernel, Reduction):
             if framework and self.blas == "torch" and kernel.op in self._framework_ops:
                 return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
@@ -242,7 +242,8 @@ class StreamCurves:
         base = COLD_BASE.get(section)
         if framework and self.cache == "cold" and base is not None and base[0] in self._cold:
             streams = 1 if isinstance(kernel, FrameworkOp) and kernel.serial else threads  # the cores fetching
-            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, kernel.bytes(), streams)
+            fetched = kernel.fetched_bytes() if isinstance(kernel, Elementwise) else kernel.bytes()
+            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, fetched, streams)
             if warm is not None and cold is not None:
                 return max(warm, cold)
         return warm
