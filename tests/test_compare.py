@@ -332,7 +332,7 @@ def test_fused_attention() -> None:
 
 def test_elementwise_and_reduction() -> None:
     add = _kernel("aten::add_", [[256, 1024], [256, 1024], []], ["float", "float", "Scalar"])
-    assert add == Elementwise(dtype="fp32", n=256 * 1024, op="add", inputs=2, outputs=1)
+    assert add == Elementwise(dtype="fp32", n=256 * 1024, op="add", inputs=2, outputs=1, in_place=True)
     bias = _kernel("aten::add", [[256, 1024], [1024], []], ["float", "float", "Scalar"])
     assert bias.inputs == 1  # a broadcast operand is read from cache, not streamed n times
     norm_shapes = [[2048, 256], [2048, 256], [], [2048, 1], [2048, 1], [256], [256]]

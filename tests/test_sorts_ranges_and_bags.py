@@ -56,7 +56,8 @@ def test_arange_wrappers_empty_ranges_and_unreadable_bounds() -> None:
 @pytest.mark.parametrize("op", ["tril", "triu", "tril_"])
 def test_triangles_copy_their_input(op: str) -> None:
     kernel = _kernel(f"aten::{op}", [[64, 64], []], ["float", "Scalar"], ["", "0"]).kernel
-    assert kernel == Elementwise(dtype="fp32", n=64 * 64, op=op.rstrip("_"), inputs=1, outputs=1)
+    assert kernel == Elementwise(dtype="fp32", n=64 * 64, op=op.rstrip("_"), inputs=1, outputs=1,
+                                 in_place=op.endswith("_"))
 
 
 def test_a_sort_reads_its_values_and_writes_them_with_their_indices_row_by_row() -> None:
