@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import io
@@ -554,6 +555,54 @@ def test_in_place_maps_fetch_only_what_they_read(cal_path: Path) -> None:
     small, small_ = (dataclasses.replace(kernel, n=1 << 17) for kernel in (relu, relu_))
     assert warm.duration(small, cpu, 1) == pytest.approx(small.bytes() / 60e9, rel=1e-3)
     assert warm.duration(small_, cpu, 1) < 0.9 * warm.duration(small, cpu, 1)
+
+
+def test_sums_over_rows_are_timed_from_their_own_points() -> None:
+    """A bias gradient (``sum`` of ``[rows, width]`` over its rows) runs ATen's outer reduction:
+    1.4-3.7x a sum over the last dimension here (``validation/microbench/framework.py``). It is
+    timed from the ``sum@outer<width>`` points of the two nearest widths, log-interpolated."""
+    data = synthetic()
+    data["kernels"]["gemm"] += [dict(row, blas="torch") for row in data["kernels"]["gemm"]]
+    plain = CostModel(CalibratedEfficiency(validate(copy.deepcopy(data), "cal.json"), blas="torch", cache="warm"))
+    rates = {64: 40e9, 1024: 10e9}  # bytes/s of the synthetic outer sums, any size
+    data["kernels"]["framework"] += [{"op": f"sum@outer{width}", "dtype": "fp32", "threads": t, "bytes": size,
+                                      "input": [size // 4 // width, width], "time_s": size / rate}
+                                     for width, rate in rates.items() for t in (1, 4) for size in (1 << 18, 1 << 23)]
+    cal = validate(data, "cal.json")
+    cpu, _ = host_specs(cal)
+    model = CostModel(CalibratedEfficiency(cal, blas="torch", cache="warm"))
+
+    def bias_gradient(rows: int, width: int) -> Reduction:
+        shapes, types = [[rows, width], [], [], []], ["float", "ScalarList", "Scalar", ""]
+        kernel = kernel_for("aten::sum", "reduction", shapes, types, ["", "[0]", "True", ""], False).kernel
+        assert isinstance(kernel, Reduction) and kernel.inner == width and kernel.outputs == width
+        return kernel
+
+    wide = bias_gradient(2048, 1024)
+    assert model.duration(wide, cpu, 1) == pytest.approx(wide.bytes() / rates[1024], rel=1e-3)
+    between = bias_gradient(2048, 256)  # halfway between 64 and 1024 in log(width)
+    assert model.duration(between, cpu, 1) == pytest.approx(between.bytes() / math.sqrt(40e9 * 10e9), rel=1e-3)
+    narrow = bias_gradient(8192, 16)  # below the narrowest measured width: its rate
+    assert model.duration(narrow, cpu, 1) == pytest.approx(narrow.bytes() / rates[64], rel=1e-3)
+    # without the points (an older calibration) it is a sum like any other
+    inner = dataclasses.replace(wide, inner=0)
+    assert plain.duration(wide, cpu, 1) == plain.duration(inner, cpu, 1) == model.duration(inner, cpu, 1)
+
+
+@pytest.mark.parametrize(("op", "shape", "dims", "inner"), [
+    ("sum", [128, 16, 768], "[0, 1]", 768),  # a bias gradient of [sequence, batch, width] activations
+    ("sum", [4, 5, 6], "[1]", 6),
+    ("mean", [64, 256], "[0]", 256),
+    ("sum", [64, 256], "[-1]", 0),  # over the last dimension: contiguous
+    ("sum", [64, 256], "[]", 0),  # everything
+    ("sum", [8, 16, 4, 4], "[0, 2, 3]", 0),  # a convolution's bias gradient: the last dimension too
+    ("amax", [64, 256], "[0]", 0),  # another kernel
+])
+def test_reductions_over_leading_dimensions_keep_their_rows_width(op: str, shape: list, dims: str,
+                                                                  inner: int) -> None:
+    kernel = kernel_for(f"aten::{op}", "reduction", [shape, [], [], []], ["float", "ScalarList", "Scalar", ""],
+                        ["", dims, "False", ""], False).kernel
+    assert isinstance(kernel, Reduction) and kernel.inner == inner
 
 
 @pytest.mark.parametrize(("name", "shapes", "expected"), [

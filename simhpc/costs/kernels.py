@@ -240,11 +240,16 @@ class Elementwise(Kernel):
 
 @dataclass(frozen=True)
 class Reduction(Kernel):
-    """Reduce ``n`` elements to ``outputs`` values (sum, max, norm)."""
+    """Reduce ``n`` elements to ``outputs`` values (sum, max, norm).
+
+    ``inner``: for a reduction over leading dimensions only (a linear layer's bias gradient, a sum
+    of ``[rows, width]`` over its rows), the contiguous elements each reduced row keeps (``width``);
+    0 when the last dimension is reduced."""
 
     n: int = 1
     outputs: int = 1
     op: str = "sum"
+    inner: int = 0
 
     kind = "reduction"
 

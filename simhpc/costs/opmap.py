@@ -62,10 +62,18 @@ def _reduction(op: str, tensors: list[tuple[list[int], str]], concrete: list[Any
     if op == "adaptive_max_pool2d":  # (input, output_size): a max over each window of the last two dimensions
         return OpKernel(Reduction(dtype=dtype_of(kind), n=n, outputs=max(1, numel(shape[:-2]) * numel(dims)),
                                   op="amax"))
+    inner = 0
     if dims and shape:
-        reduced = math.prod(shape[d] for d in dims if -len(shape) <= d < len(shape))
-        outputs = max(1, n // max(1, reduced))
-    return OpKernel(Reduction(dtype=dtype_of(kind), n=n, outputs=outputs, op=op))
+        axes = {d % len(shape) for d in dims if -len(shape) <= d < len(shape)}
+        outputs = max(1, n // max(1, math.prod(shape[d] for d in axes)))
+        if op in OUTER_REDUCTIONS and axes and len(shape) - 1 not in axes:
+            inner = math.prod(shape[max(axes) + 1:])
+    return OpKernel(Reduction(dtype=dtype_of(kind), n=n, outputs=outputs, op=op, inner=inner))
+
+
+OUTER_REDUCTIONS = names("sum mean")
+"""Reductions whose kernel over leading dimensions only is ATen's vectorised outer reduction (a
+bias gradient), timed from the calibration's ``sum@outer`` points where it has them."""
 
 
 INDEXED_OPS = names("index_select gather scatter scatter_add index_put _index_put_impl index_add")

@@ -59,6 +59,9 @@ OWN_OP_ONLY = ("framework",)
 AT_SMALLEST_RATE = ("framework", "permute")
 """Sections measured from hundreds of KiB up: below, a kernel runs at the smallest size's rate."""
 STREAMING = ("elementwise", "reduction", "bandwidth", "permute", "framework")
+OUTER_SUM = "sum@outer"
+"""Op-name prefix of the torch points of sums over rows (``sum@outer<width>``: a reduction over
+leading dimensions keeping ``width`` contiguous elements, :attr:`Reduction.inner`)."""
 COLD = "@cold"
 """Suffix of the curve keys of points measured cold (``cache: cold`` rows)."""
 COLD_BASE = {
@@ -158,6 +161,9 @@ class StreamCurves:
         (rows, length)."""
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
         self._framework_ops = {k[1] for k in self._curves if k[0] == "framework"}
+        self._outer_widths = sorted({int(op.removeprefix(OUTER_SUM)) for op in self._framework_ops
+                                     if op.startswith(OUTER_SUM)})
+        """Widths of the measured sums over rows."""
         """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
         elementwise op of that name is timed from them instead of the C kernels' curves."""
 
@@ -187,6 +193,9 @@ class StreamCurves:
             op = _OP_CURVE.get(per_tensor.removesuffix("_"), "add")
             return "elementwise", op, kernel.dtype, kernel.fetched_bytes(), kernel.bytes()
         if isinstance(kernel, Reduction):
+            if framework and self.blas == "torch" and kernel.inner and self._outer_widths:
+                width = min(self._outer_widths, key=lambda w: abs(math.log(w / kernel.inner)))
+                return "framework", f"{OUTER_SUM}{width}", kernel.dtype, kernel.bytes(), kernel.bytes()
             if framework and self.blas == "torch" and kernel.op in self._framework_ops:
                 return "framework", kernel.op, kernel.dtype, kernel.bytes(), kernel.bytes()
             op = "max" if kernel.op.removesuffix("_") in MAX_OPS else "sum"
@@ -233,6 +242,8 @@ class StreamCurves:
             warm = self._transpose_time(kernel, threads) if isinstance(kernel, Copy) else None
             if warm is None:
                 warm = self._permute_time(int(op), dtype, working, threads)
+        elif op.startswith(OUTER_SUM) and isinstance(kernel, Reduction):
+            warm = self._outer_sum_time(kernel.inner, dtype, working, threads)
         elif isinstance(kernel, FrameworkOp) and (kernel.rows > 1 or kernel.serial):
             # one row on one thread (a row's sort is serial), the threads splitting the rows
             one = self.curve_time(section, op, dtype, working, amount, 1)
@@ -275,6 +286,18 @@ class StreamCurves:
         if low == high or None in times:
             return times[0]
         weight = math.log(run / low) / math.log(high / low)
+        return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
+
+    def _outer_sum_time(self, width: int, dtype: str, working: float, threads: int) -> float | None:
+        """A sum over rows keeping ``width`` elements: the measured sums of the two nearest widths
+        (clamped to the measured ones), log-log interpolated in the width."""
+        widths = self._outer_widths
+        low = max([w for w in widths if w <= width], default=widths[0])
+        high = min([w for w in widths if w >= width], default=widths[-1])
+        times = [self.curve_time("framework", f"{OUTER_SUM}{w}", dtype, working, working, threads) for w in (low, high)]
+        if low == high or None in times:
+            return times[0]
+        weight = math.log(width / low) / math.log(high / low)
         return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
 
     def _curve_of(self, section: str, op: str, dtype: str) -> tuple[str, str] | None:

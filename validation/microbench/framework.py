@@ -26,6 +26,11 @@ reductions, batch norm, indexed ops, resampling and flips, sorts.
   near 2 GB/s here, a tenth of the C kernels' ``sum`` over the same bytes (a transformer capture's
   ``all`` over a 1 MiB attention mask took 0.68 ms, predicted 0.06 ms from the ``sum`` curve).
 
+- **Outer sums**, ``torch.sum(x, 0)`` of ``[rows, width]`` fp32 (a linear layer's bias gradient)
+  for widths 64 to 4096 and 256 KiB to 8 MiB (``sum@outer<width>``): ATen's vectorised reduction
+  over the rows runs 1.4x (width 64-256) to 3-3.7x (1024-4096) the time of a sum of the same bytes
+  over its last dimension here, warm, and 1.6x cold (8 MiB, width 1024: 807 against 486-512 us).
+
 - **Batch normalisation** in training mode, ``native_batch_norm`` (batch statistics, then the
   normalising pass) and ``native_batch_norm_backward`` (all three gradients), on ``[64, C, H, H]``
   fp32 activations of 256 KiB, 2 MiB and 16 MiB: ATen's CPU kernels run them at a flat 3-5 GB/s
@@ -97,6 +102,9 @@ POINTWISE_BYTES = (1 << 14, 1 << 18, 1 << 22)
 """Bytes of each input tensor: L1, L2 and L3-sized (a smaller op costs what the smallest did)."""
 LOGICAL = ("all", "any")
 """ATen's logical reductions measured, over bool tensors of ``POINTWISE_BYTES``."""
+OUTER_SUM_WIDTHS = (64, 256, 1024, 4096)
+OUTER_SUM_BYTES = (1 << 18, 1 << 21, 1 << 23)
+"""Sums of ``[rows, width]`` fp32 over its rows (``sum@outer<width>``): 256 KiB, 2 MiB and 8 MiB."""
 SOFTMAX_ROW = 128
 NORMS = ("native_batch_norm", "native_batch_norm_backward")
 NORM_SHAPES = ((64, 16, 8, 8), (64, 32, 16, 16), (64, 64, 32, 32))
@@ -257,6 +265,22 @@ def measure_logical(op: str, nbytes: int, threads: int, budget: Budget) -> dict:
     kernel = kernel_for(f"aten::{op}", classify(f"aten::{op}"), [[nbytes]], ["bool"], [], False).kernel
     call = (lambda: torch.all(mask)) if op == "all" else (lambda: torch.any(mask))
     return _record(op, call, int(kernel.bytes()), threads, budget, dtype=kernel.dtype)
+
+
+def measure_outer_sum(width: int, nbytes: int, threads: int, budget: Budget) -> dict:
+    """Time ``torch.sum(x, 0)`` of a ``[rows, width]`` fp32 ``x`` of ``nbytes``, a linear layer's
+    bias gradient; a record (op ``sum@outer<width>``) in the bytes ``kernel_for`` gives the traced op."""
+    import torch
+
+    from simhpc.costs.opmap import kernel_for
+    from simhpc.costs.stream_curves import OUTER_SUM
+
+    rows = max(1, nbytes // 4 // width)
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(5))
+    kernel = kernel_for("aten::sum", "reduction", [[rows, width], [], [], []], ["float", "ScalarList", "Scalar", ""],
+                        ["", "[0]", "False", ""], False).kernel
+    return _record(f"{OUTER_SUM}{width}", partial(torch.sum, x, 0), int(kernel.bytes()), threads, budget,
+                   input=[rows, width])
 
 
 def _norm_call(op: str, shape: tuple[int, ...]) -> tuple[Callable[[], object], int]:

@@ -32,7 +32,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 33
+SUITE_VERSION = 34
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -160,6 +160,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 for nbytes in framework.QUICK_RANDOM_BYTES if quick else framework.POINTWISE_BYTES:
                     call = partial(framework.measure_logical, op, nbytes, t, budget)
                     tasks.append(Task("framework", f"{op} {t}t {nbytes} B", call))
+            for width in framework.OUTER_SUM_WIDTHS[2:3] if quick else framework.OUTER_SUM_WIDTHS:
+                for nbytes in framework.OUTER_SUM_BYTES[:1] if quick else framework.OUTER_SUM_BYTES:
+                    call = partial(framework.measure_outer_sum, width, nbytes, t, budget)
+                    tasks.append(Task("framework", f"sum over rows {t}t {width} wide {nbytes} B", call))
             for op in framework.INDEXED:
                 for count in framework.INDEXED_COUNTS[:1] if quick else framework.INDEXED_COUNTS:
                     call = partial(framework.measure_indexed, op, count, t, budget)
