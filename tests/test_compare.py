@@ -350,7 +350,7 @@ def test_elementwise_and_reduction() -> None:
         ["float", "ScalarList", "Scalar", "Scalar"],
         ["", "[0]", "True", ""],
     )
-    assert total == Reduction(dtype="fp32", n=256 * 64, outputs=64, op="sum")
+    assert total == Reduction(dtype="fp32", n=256 * 64, outputs=64, op="sum", inner=64)
     foreach = _kernel(
         "aten::_foreach_add_", [[[10, 10], [5]], [[10, 10], [5]], []], ["TensorList", "TensorList", "Scalar"]
     )
