@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.interpolation import Curve, curve_1d, grid_2d, thread_blend
@@ -78,6 +79,20 @@ POOL_OUTPUT_WORK = 6.0
 """Per output of a pooling loop, its fixed work (compare, store, index, loop) in window loads."""
 POOL_INPUT_WORK = 0.7
 """Per input element of a pooling loop, its streaming cost in window loads."""
+
+
+def _between(measured: list[int], value: int, time_at: Callable[[int], float | None]) -> float | None:
+    """``time_at`` log-log interpolated between the two ``measured`` values (sorted) nearest
+    ``value``, clamped to the measured range; None without any."""
+    if not measured:
+        return None
+    low = max([m for m in measured if m <= value], default=measured[0])
+    high = min([m for m in measured if m >= value], default=measured[-1])
+    times = [time_at(low), time_at(high)]
+    if low == high or None in times:
+        return times[0]
+    weight = math.log(value / low) / math.log(high / low)
+    return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
 
 
 def pool_work(window: int, outputs: int, inputs: int) -> float:
@@ -161,11 +176,11 @@ class StreamCurves:
         (rows, length)."""
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
         self._framework_ops = {k[1] for k in self._curves if k[0] == "framework"}
+        """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
+        elementwise op of that name is timed from them instead of the C kernels' curves."""
         self._outer_widths = sorted({int(op.removeprefix(OUTER_SUM)) for op in self._framework_ops
                                      if op.startswith(OUTER_SUM)})
         """Widths of the measured sums over rows."""
-        """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
-        elementwise op of that name is timed from them instead of the C kernels' curves."""
 
     def covers(self, kernel: Kernel) -> bool:
         """Whether the calibration measured curves that time ``kernel``."""
@@ -277,28 +292,13 @@ class StreamCurves:
 
     def _permute_time(self, run: int, dtype: str, working: float, threads: int) -> float | None:
         """A layout-changing copy: the measured curves of the two nearest runs, log-log interpolated."""
-        runs = self._runs
-        if not runs:
-            return None
-        low = max([r for r in runs if r <= run], default=runs[0])
-        high = min([r for r in runs if r >= run], default=runs[-1])
-        times = [self.curve_time("permute", str(r), dtype, working, working, threads) for r in (low, high)]
-        if low == high or None in times:
-            return times[0]
-        weight = math.log(run / low) / math.log(high / low)
-        return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
+        return _between(self._runs, run, lambda r: self.curve_time("permute", str(r), dtype, working, working, threads))
 
     def _outer_sum_time(self, width: int, dtype: str, working: float, threads: int) -> float | None:
-        """A sum over rows keeping ``width`` elements: the measured sums of the two nearest widths
-        (clamped to the measured ones), log-log interpolated in the width."""
-        widths = self._outer_widths
-        low = max([w for w in widths if w <= width], default=widths[0])
-        high = min([w for w in widths if w >= width], default=widths[-1])
-        times = [self.curve_time("framework", f"{OUTER_SUM}{w}", dtype, working, working, threads) for w in (low, high)]
-        if low == high or None in times:
-            return times[0]
-        weight = math.log(width / low) / math.log(high / low)
-        return math.exp((1 - weight) * math.log(times[0]) + weight * math.log(times[1]))  # type: ignore[arg-type]
+        """A sum over rows keeping ``width`` elements: the measured sums of the two nearest widths,
+        log-log interpolated in the width."""
+        return _between(self._outer_widths, width,
+                        lambda w: self.curve_time("framework", f"{OUTER_SUM}{w}", dtype, working, working, threads))
 
     def _curve_of(self, section: str, op: str, dtype: str) -> tuple[str, str] | None:
         """The measured (op, dtype) curve that times ``op`` in ``dtype``: its own, else fp32's (else
