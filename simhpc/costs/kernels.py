@@ -36,6 +36,11 @@ class Kernel:
         """Compulsory memory traffic in bytes."""
         raise NotImplementedError
 
+    def fetched_bytes(self) -> float:
+        """The bytes it brings into the caches from memory, each line once (its traffic, unless
+        a kernel says otherwise: :meth:`Elementwise.fetched_bytes`)."""
+        return self.bytes()
+
     def intensity(self) -> float:
         """Arithmetic intensity, FLOP per byte."""
         moved = self.bytes()

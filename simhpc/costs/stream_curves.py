@@ -268,8 +268,7 @@ class StreamCurves:
         base = COLD_BASE.get(section)
         if framework and self.cache == "cold" and base is not None and base[0] in self._cold:
             streams = 1 if isinstance(kernel, FrameworkOp) and kernel.serial else threads  # the cores fetching
-            fetched = kernel.fetched_bytes() if isinstance(kernel, Elementwise) else kernel.bytes()
-            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, fetched, streams)
+            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, kernel.fetched_bytes(), streams)
             if warm is not None and cold is not None:
                 return max(warm, cold)
         return warm
