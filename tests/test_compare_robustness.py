@@ -211,6 +211,25 @@ def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
             load_calibration(path)
 
 
+def test_a_tensorboard_log_folder_reads_as_its_one_trace(tmp_path: Path) -> None:
+    """``tensorboard_trace_handler`` writes ``<worker>.<ns>.pt.trace.json.gz`` into a folder: the
+    folder reads as that file; one with none or several is refused, naming what it holds."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "notes.txt").write_text("not a trace")
+    with pytest.raises(TraceError, match="a folder with no trace file in it"):
+        read_trace(logs)
+    trace_path = logs / "vm_1.1796.pt.trace.json.gz"
+    trace_path.write_bytes(CAPTURE.read_bytes())
+    trace = read_trace(logs)
+    assert trace.source == str(trace_path) and len(trace.ops) == len(read_trace(CAPTURE).ops)
+    (logs / "vm_1.1797.pt.trace.json").write_text(json.dumps({"traceEvents": []}))
+    refused = CliRunner().invoke(main, ["compare", str(logs)])
+    assert refused.exit_code == 2
+    assert refused.stderr == (f"error: {logs}: a folder of 2 trace files (vm_1.1796.pt.trace.json.gz, "
+                              "vm_1.1797.pt.trace.json): name the one to read\n")
+
+
 def test_against_names_what_it_skipped_and_refuses_prediction_options(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fwd", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))

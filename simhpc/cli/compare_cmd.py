@@ -318,7 +318,8 @@ def command(
     outdir: Path | None,
     worst: int,
 ) -> None:
-    """Predict every op of a measured trace (torch.profiler / Chrome JSON) with the calibrated cost model.
+    """Predict every op of a measured trace (torch.profiler / Chrome JSON, or the one trace file in a
+    tensorboard_trace_handler folder) with the calibrated cost model.
 
     Reports measured vs predicted step time, MAPE per op kind, the worst ops, the ops it could not
     model, and a figure of predicted vs measured time per op. With --against B, aligns two traces.

@@ -405,9 +405,29 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
                  _memory_events(events, origin))
 
 
+TRACE_SUFFIXES = (".json", ".json.gz")
+"""What a trace file's name ends with (``tensorboard_trace_handler`` writes ``*.pt.trace.json``, or
+``.json.gz`` with ``use_gzip=True``)."""
+
+
+def trace_file(path: Path) -> Path:
+    """``path`` itself, or for a folder (a ``tensorboard_trace_handler`` log folder) the one trace file
+    directly in it; a folder with none or several is a :class:`TraceError` listing what it holds."""
+    if not path.is_dir():
+        return path
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise TraceError(f"{path}: a folder with no trace file in it (*.json or *.json.gz)")
+    names = ", ".join(p.name for p in found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    raise TraceError(f"{path}: a folder of {len(found)} trace files ({names}): name the one to read")
+
+
 def read_trace(path: str | Path) -> Trace:
-    """Read a Chrome Trace Event JSON file (``.json`` or ``.json.gz``); raises :class:`TraceError`."""
-    path = Path(path)
+    """Read a Chrome Trace Event JSON file (``.json`` or ``.json.gz``), or the one such file in a
+    folder (:func:`trace_file`); raises :class:`TraceError`."""
+    path = trace_file(Path(path))
     return parse_trace(_load_json(path), str(path))
 
 
