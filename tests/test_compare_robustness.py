@@ -211,6 +211,22 @@ def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
             load_calibration(path)
 
 
+def test_a_loop_profiled_without_a_schedule_is_compared_over_its_optimizer_steps(tmp_path: Path) -> None:
+    """No ProfilerStep events: the steps end where each ``optimizer.step()`` ends, and the report
+    says so; the median of them is the step measured."""
+    events = []
+    for start, length in ((0, 3000), (3000, 1000), (4000, 1200)):
+        events += [_op("aten::mm", start + 10, 400), _op("aten::mm", start + 500, 400),
+                   {**_op("Optimizer.step#SGD.step", start + length - 50, 50), "cat": "user_annotation"}]
+    data = _compare(tmp_path, events, "--threads", "1", "--json")
+    assert data["steps"] == 3 and data["steps_from"] == "Optimizer.step"
+    assert data["measured_step_s"] == pytest.approx(1200e-6)
+    assert data["measured_total_s"] == pytest.approx(5190e-6)  # from the first op
+    report = " ".join(_compare(tmp_path, events, "--threads", "1").output.split())
+    assert "3 training steps (each to the end of an optimizer.step(): the trace marks no ProfilerStep" in report
+    assert "step time: measured 1.2 ms" in report
+
+
 def test_a_tensorboard_log_folder_reads_as_its_one_trace(tmp_path: Path) -> None:
     """``tensorboard_trace_handler`` writes ``<worker>.<ns>.pt.trace.json.gz`` into a folder: the
     folder reads as that file; one with none or several is refused, naming what it holds."""

@@ -101,6 +101,44 @@ def test_profiler_steps_are_recognised() -> None:
     assert [s[2] for s in steps] == [5, 6, 6]  # the other thread's op falls in step 6 by time
 
 
+
+def _iteration(start: float, optimizers: int = 1, between: str = "Optimizer.zero_grad#SGD.zero_grad") -> list[dict]:
+    """One training iteration from ``start`` (us): zero_grad, a product, its backward on the
+    autograd thread, then ``optimizers`` optimizer steps with ``between`` before each after the first."""
+    events = [_x("Optimizer.zero_grad#SGD.zero_grad", start, 2, cat="user_annotation"),
+              _x("aten::mm", start + 5, 20), _x("aten::mm", start + 30, 30, tid=2)]
+    at = start + 70
+    for number in range(optimizers):
+        if number:
+            events.append(_x(between, at, 2, cat="user_annotation"))
+            at += 5
+        events += [_x("Optimizer.step#SGD.step", at, 10, cat="user_annotation"), _x("aten::add_", at + 1, 5)]
+        at += 12
+    return events
+
+
+def test_without_profiler_steps_the_optimizer_steps_mark_the_iterations() -> None:
+    """torch.profiler records no ProfilerStep without a ``schedule``: each iteration then ends where
+    its run of ``optimizer.step()`` calls ends (two optimizers stepping one after the other are one
+    iteration, a zero_grad between them too), the next begins there, the first at the first op."""
+    for optimizers, between in ((1, ""), (2, "Optimizer.zero_grad#SGD.zero_grad"), (2, "aten::detach")):
+        events = [e for start in (0, 200, 400) for e in _iteration(start, optimizers, between)]
+        trace = parse_trace({"traceEvents": [*events, _x("aten::item", 600, 3)]}, "loop")
+        if between == "aten::detach":  # work between the optimizers: each ends an iteration
+            assert len(trace.steps) == 6
+            continue
+        iteration_end = 70 + 12 * optimizers - 2 + (5 * (optimizers - 1))
+        assert trace.steps_from == "Optimizer.step"
+        bounds = [round(x * 1e6, 6) for s in trace.steps for x in (s.start, s.duration)]
+        assert bounds == [0, iteration_end, iteration_end, 200, 200 + iteration_end, 200]
+        assert [op.step for op in trace.ops if op.name == "aten::mm"] == [0, 1, 2, 0, 1, 2]  # by track, then time
+        assert next(op for op in trace.ops if op.name == "aten::item").step is None  # after the last iteration
+    once = parse_trace({"traceEvents": _iteration(0)}, "one iteration")
+    assert once.steps == [] and once.steps_from == "ProfilerStep"
+    marked = parse_trace({"traceEvents": [_x("ProfilerStep#3", 0, 190, cat="user_annotation"), *_iteration(0),
+                                          _x("ProfilerStep#4", 200, 190, cat="user_annotation"), *_iteration(200)]})
+    assert [s.number for s in marked.steps] == [3, 4] and marked.steps_from == "ProfilerStep"
+
 def test_malformed_events_are_counted_not_dropped_silently() -> None:
     events = [_x("a", 0, 1), {"ph": "X", "name": "bad", "ts": "soon"}, 3]
     trace = parse_trace({"traceEvents": events}, "mem")

@@ -22,7 +22,7 @@ from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
-from simhpc.trace.readers import DEVICE_CATEGORIES, Trace, read_trace
+from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 from simhpc.units import counted, format_time
@@ -101,10 +101,18 @@ def _distance_note(cores: str, estimated: int, threads: int) -> str:
     return f" ({estimated} multi-thread ones measured with the cores far apart taken at their near speed-up)"
 
 
+def _steps(summary: dict[str, Any]) -> str:
+    """How many steps the report's figures are over, and what marked them."""
+    if summary["steps_from"] == OPTIMIZER_STEPS:
+        return (f"{counted(summary['steps'], 'training step')} (each to the end of an optimizer.step(): the "
+                "trace marks no ProfilerStep, profiled without a schedule)")
+    return f"{summary['steps'] or 'no'} profiler steps"
+
+
 def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -> None:
     console = Console()
     console.print(
-        f"[bold]{comparison.source}[/]: {summary['steps'] or 'no'} profiler steps, "
+        f"[bold]{comparison.source}[/]: {_steps(summary)}, "
         f"{counted(comparison.threads, 'thread')}"
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "

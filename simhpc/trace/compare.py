@@ -120,6 +120,9 @@ class Comparison:
     capture_page_faults_per_step: float | None = None
     """Page faults a step that ``capture.py`` counted in its process while recording
     (:func:`~simhpc.trace.fresh_pages.capture_page_faults`), to hold ``fresh_pages_per_step`` against."""
+    steps_from: str | None = None
+    """What marked the steps (:attr:`~simhpc.trace.readers.Trace.steps_from`): ``ProfilerStep``, or
+    ``Optimizer.step`` in a trace without ``ProfilerStep`` events; None without steps."""
     first_touch_basis: str = "shapes"
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
     :mod:`simhpc.trace.fresh_pages`), ``shapes`` (blocks of 32 MiB or more,
@@ -184,6 +187,7 @@ class Comparison:
             "source": self.source,
             "threads": self.threads,
             "steps": self.steps,
+            "steps_from": self.steps_from,
             "measured_total_s": self.measured_total_s,
             "predicted_total_s": self.predicted_total_s,
             "measured_step_s": self.measured_step_s,
@@ -435,6 +439,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
             notes[OTHER_DTYPE] = borrowed
     comparison = Comparison(trace.source, threads, len(trace.steps), total, measured, predicted, predictions,
                             outside_ops(trace), call_gaps, heap_faults,
+                            steps_from=trace.steps_from if trace.steps else None,
                             first_touch_basis=_first_touch_basis(trace),
                             capture_page_faults_per_step=_per_step(capture_page_faults(trace), len(trace.steps)),
                             skipped_events=skipped, notes=notes)

@@ -4,7 +4,8 @@
 a matched ``B``/``E`` pair), with its track, nesting (parent, depth, children), self time (its
 duration less its children's), shapes and dtypes (torch's ``Input Dims`` / ``Input type`` with
 ``record_shapes=True``), the op kind (:func:`simhpc.costs.opnames.classify`) and the profiler step
-it belongs to (``ProfilerStep#N`` spans). simhpc's own traces are Chrome JSON too.
+it belongs to (``ProfilerStep#N`` spans, else the iterations that end at each ``optimizer.step()``:
+:func:`optimizer_steps`). simhpc's own traces are Chrome JSON too.
 
 Nesting follows the Chrome convention: on one track, an event inside another's interval is its
 child, so a parent's duration is its children's plus its own overhead (``self_time``).
@@ -28,6 +29,10 @@ from simhpc.jsonfile import load_json_file
 
 _US = 1e-6
 _STEP = re.compile(r"ProfilerStep#(\d{1,18})$")
+_OPTIMIZER_STEP = re.compile(r"Optimizer\.step#\w+\.step$")
+"""torch.optim's annotation of each ``optimizer.step()`` call (``Optimizer.step#AdamW.step``)."""
+PROFILER_STEPS = "ProfilerStep"
+OPTIMIZER_STEPS = "Optimizer.step"
 _EPS = 1e-12
 
 
@@ -96,6 +101,9 @@ class Trace:
         format: ``torch.profiler`` or ``chrome``.
         ops: every complete event, in (track, start) order; ``ops[i].index == i``.
         steps: profiler steps in time order ([] if the trace has none).
+        steps_from: what marked them: ``ProfilerStep`` events, or, in a trace without any (a loop
+            profiled without a ``schedule``), the ends of its ``optimizer.step()`` calls
+            (:func:`optimizer_steps`).
         metadata: the file's top-level keys other than ``traceEvents``.
         skipped: counts of events not read, by reason (never silently dropped).
         notes: counts of events read but suspect, by what is wrong with them (e.g. one that
@@ -111,6 +119,7 @@ class Trace:
     skipped: dict[str, int]
     notes: dict[str, int] = field(default_factory=dict)
     memory: list[MemoryEvent] = field(default_factory=list)
+    steps_from: str = PROFILER_STEPS
 
     @property
     def tracks(self) -> list[str]:
@@ -399,10 +408,44 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
         (Step(int(m.group(1)), op.start, op.duration, op.track) for op in ops if (m := _STEP.match(op.name))),
         key=lambda s: (s.start, s.number),
     )
+    steps_from = PROFILER_STEPS
+    if not steps:
+        steps = optimizer_steps(ops)
+        steps_from = OPTIMIZER_STEPS if steps else PROFILER_STEPS
     _assign_steps(ops, steps)
     notes = {IMPROPER_NESTING: improper} if improper else {}
     return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes,
-                 _memory_events(events, origin))
+                 _memory_events(events, origin), steps_from)
+
+
+def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
+    """The training iterations of a trace without ``ProfilerStep`` events (torch.profiler marks none
+    unless given a ``schedule``), each ending where a run of ``optimizer.step()`` calls ends (several
+    optimizers step one after another) and starting where the previous one ended (the first: at the
+    trace's first op); none unless there are two or more. ``ops`` in (track, start) order, nested."""
+    calls = sorted((op for op in ops if op.parent is None and _OPTIMIZER_STEP.match(op.name)),
+                   key=lambda op: op.start)
+    if not calls:
+        return []
+    track = calls[0].track
+    ends: list[float] = []
+    worked = True  # whether an op other than an optimizer's ran since the last end
+    for op in ops:  # start order within the optimizer's track
+        if op.parent is not None or op.track != track:
+            continue
+        if _OPTIMIZER_STEP.match(op.name):
+            if worked:
+                ends.append(op.end)
+            else:
+                ends[-1] = op.end  # another optimizer of the same iteration
+            worked = False
+        elif not op.name.startswith("Optimizer."):
+            worked = True
+    if len(ends) < 2:
+        return []
+    starts = [min(op.start for op in ops), *ends[:-1]]
+    return [Step(number, start, end - start, track)
+            for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
