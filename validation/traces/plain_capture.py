@@ -4,7 +4,9 @@
 several captures taken in one process. This script does none of that: one process, one capture,
 AdamW (``--optimizer sgd``: SGD), ``record_shapes=True`` (and ``profile_memory=True`` unless
 ``--no-memory``), ten profiled steps after one waiting and one warm-up step (training steps, or
-with ``--inference SCALE`` forward passes in eval mode under ``no_grad`` on SCALE times the batch).
+with ``--inference SCALE`` forward passes in eval mode under ``no_grad`` on SCALE times the batch;
+``--no-schedule``: two steps, then ten profiled without a schedule, so the trace has no
+``ProfilerStep`` spans, as in the profiler recipe's loops).
 It prints the page faults ``getrusage`` counted in each step
 (what ``compare`` charges fresh pages against; the trace does not record them). Models the cost
 model was not developed on (needs torch):
@@ -244,6 +246,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-memory", action="store_true", help="without profile_memory (no allocation events)")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw", help="SGD: with momentum 0.9")
+    parser.add_argument("--no-schedule", action="store_true",
+                        help="profile ten steps after two without a schedule (no ProfilerStep spans)")
     parser.add_argument("--inference", type=int, metavar="SCALE", default=0,
                         help="forward passes only (eval mode, no_grad), on SCALE times the batch")
     args = parser.parse_args()
@@ -266,13 +270,20 @@ def main() -> None:
         loss_of(args.model)(model(images), labels).backward()
         optimizer.step()
 
+    faults = []
+
+    def counted_step() -> None:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        step()
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+    if args.no_schedule:
+        counted_step()
+        counted_step()
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=not args.no_memory,
-                 schedule=schedule(wait=1, warmup=1, active=10)) as prof:
-        faults = []
-        for _ in range(12):
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            step()
-            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                 schedule=None if args.no_schedule else schedule(wait=1, warmup=1, active=10)) as prof:
+        for _ in range(10 if args.no_schedule else 12):
+            counted_step()
             prof.step()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(args.out))
