@@ -212,8 +212,9 @@ def test_devices_and_pipes_are_refused_before_reading(tmp_path: Path) -> None:
 
 
 def test_a_loop_profiled_without_a_schedule_is_compared_over_its_optimizer_steps(tmp_path: Path) -> None:
-    """No ProfilerStep events: the steps end where each ``optimizer.step()`` ends, and the report
-    says so; the median of them is the step measured."""
+    """No ProfilerStep events: the steps end where each ``optimizer.step()`` ends, or without an
+    optimizer at each repeat of the top-level ops, and the report says so; the median of them is the
+    step measured."""
     events = []
     for start, length in ((0, 3000), (3000, 1000), (4000, 1200)):
         events += [_op("aten::mm", start + 10, 400), _op("aten::mm", start + 500, 400),
@@ -225,6 +226,12 @@ def test_a_loop_profiled_without_a_schedule_is_compared_over_its_optimizer_steps
     report = " ".join(_compare(tmp_path, events, "--threads", "1").output.split())
     assert "3 training steps (each to the end of an optimizer.step(): the trace marks no ProfilerStep" in report
     assert "step time: measured 1.2 ms" in report
+    forward = [_op("aten::mm", start + at, 200) for start in (0, 3000, 4000) for at in (0, 250, 500, 750)]
+    data = _compare(tmp_path, forward, "--threads", "1", "--json")
+    assert (data["steps"], data["steps_from"]) == (3, "repetition")
+    assert data["measured_step_s"] == pytest.approx(1000e-6)  # the second run: to the third's first op
+    report = " ".join(_compare(tmp_path, forward, "--threads", "1").output.split())
+    assert "3 steps (the runs of one sequence of top-level ops it repeats" in report
 
 
 def test_a_tensorboard_log_folder_reads_as_its_one_trace(tmp_path: Path) -> None:

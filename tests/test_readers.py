@@ -139,6 +139,29 @@ def test_without_profiler_steps_the_optimizer_steps_mark_the_iterations() -> Non
                                           _x("ProfilerStep#4", 200, 190, cat="user_annotation"), *_iteration(200)]})
     assert [s.number for s in marked.steps] == [3, 4] and marked.steps_from == "ProfilerStep"
 
+def _forward(start: float, layers: int = 2) -> list[dict]:
+    """One forward pass from ``start`` (us): a convolution, ``layers`` linear + ReLU pairs, a head."""
+    events = [_x("aten::conv2d", start, 10)]
+    for layer in range(layers):
+        events += [_x("aten::linear", start + 20 + 20 * layer, 8), _x("aten::relu", start + 30 + 20 * layer, 4)]
+    return [*events, _x("aten::linear", start + 20 + 20 * layers, 5)]
+
+
+def test_without_steps_or_an_optimizer_the_repeated_runs_of_top_level_ops_are_the_steps() -> None:
+    """Forward passes profiled in a loop without a schedule: each run of the repeated sequence of
+    top-level ops (of the busiest thread) is a step, to the next run's first op (the last: to its
+    own last op's end); a single pass, or one whose ops do not repeat whole, has none."""
+    loop = parse_trace({"traceEvents": [e for start in (0, 100, 250) for e in _forward(start)]}, "loop")
+    assert loop.steps_from == "repetition"
+    assert [(round(s.start * 1e6, 6), round(s.duration * 1e6, 6)) for s in loop.steps] == [
+        (0, 100), (100, 150), (250, 65)]
+    assert [op.step for op in loop.ops if op.name == "aten::conv2d"] == [0, 1, 2]
+    for events in (_forward(0, layers=6), [*_forward(0), *_forward(100), _x("aten::item", 200, 1)]):
+        assert parse_trace({"traceEvents": events}).steps == []
+    training = [*_iteration(0), *_iteration(200)]
+    assert parse_trace({"traceEvents": training}).steps_from == "Optimizer.step"
+
+
 def test_malformed_events_are_counted_not_dropped_silently() -> None:
     events = [_x("a", 0, 1), {"ph": "X", "name": "bad", "ts": "soon"}, 3]
     trace = parse_trace({"traceEvents": events}, "mem")

@@ -122,7 +122,7 @@ class Comparison:
     (:func:`~simhpc.trace.fresh_pages.capture_page_faults`), to hold ``fresh_pages_per_step`` against."""
     steps_from: str | None = None
     """What marked the steps (:attr:`~simhpc.trace.readers.Trace.steps_from`): ``ProfilerStep``, or
-    ``Optimizer.step`` in a trace without ``ProfilerStep`` events; None without steps."""
+    in a trace without ``ProfilerStep`` events ``Optimizer.step`` or ``repetition``; None without steps."""
     first_touch_basis: str = "shapes"
     """What said which pages are fresh: ``memory events`` (the trace's allocations,
     :mod:`simhpc.trace.fresh_pages`), ``shapes`` (blocks of 32 MiB or more,

@@ -4,8 +4,9 @@
 a matched ``B``/``E`` pair), with its track, nesting (parent, depth, children), self time (its
 duration less its children's), shapes and dtypes (torch's ``Input Dims`` / ``Input type`` with
 ``record_shapes=True``), the op kind (:func:`simhpc.costs.opnames.classify`) and the profiler step
-it belongs to (``ProfilerStep#N`` spans, else the iterations that end at each ``optimizer.step()``:
-:func:`optimizer_steps`). simhpc's own traces are Chrome JSON too.
+it belongs to (``ProfilerStep#N`` spans, else the iterations that end at each ``optimizer.step()``,
+:func:`optimizer_steps`, else the repeated runs of its top-level ops, :func:`repeated_steps`).
+simhpc's own traces are Chrome JSON too.
 
 Nesting follows the Chrome convention: on one track, an event inside another's interval is its
 child, so a parent's duration is its children's plus its own overhead (``self_time``).
@@ -33,6 +34,10 @@ _OPTIMIZER_STEP = re.compile(r"Optimizer\.step#\w+\.step$")
 """torch.optim's annotation of each ``optimizer.step()`` call (``Optimizer.step#AdamW.step``)."""
 PROFILER_STEPS = "ProfilerStep"
 OPTIMIZER_STEPS = "Optimizer.step"
+REPEATED_CALLS = "repetition"
+MIN_PERIOD_OPS = 4
+"""Fewest top-level ops in a repeated run (:func:`repeated_steps`): a linear layer and its
+activation repeat within one forward pass of a stack of them."""
 _EPS = 1e-12
 
 
@@ -103,7 +108,8 @@ class Trace:
         steps: profiler steps in time order ([] if the trace has none).
         steps_from: what marked them: ``ProfilerStep`` events, or, in a trace without any (a loop
             profiled without a ``schedule``), the ends of its ``optimizer.step()`` calls
-            (:func:`optimizer_steps`).
+            (:func:`optimizer_steps`), else the repeated runs of its top-level ops
+            (:func:`repeated_steps`, ``repetition``).
         metadata: the file's top-level keys other than ``traceEvents``.
         skipped: counts of events not read, by reason (never silently dropped).
         notes: counts of events read but suspect, by what is wrong with them (e.g. one that
@@ -410,12 +416,26 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     )
     steps_from = PROFILER_STEPS
     if not steps:
-        steps = optimizer_steps(ops)
-        steps_from = OPTIMIZER_STEPS if steps else PROFILER_STEPS
+        steps, steps_from = _derived_steps(ops)
     _assign_steps(ops, steps)
     notes = {IMPROPER_NESTING: improper} if improper else {}
     return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes,
                  _memory_events(events, origin), steps_from)
+
+
+def _derived_steps(ops: list[OpRecord]) -> tuple[list[Step], str]:
+    """The steps of a trace without ``ProfilerStep`` events and what marked them
+    (:attr:`Trace.steps_from`): its optimizer steps, else its repeated runs of top-level ops."""
+    for derive, marker in ((optimizer_steps, OPTIMIZER_STEPS), (repeated_steps, REPEATED_CALLS)):
+        steps = derive(ops)
+        if steps:
+            return steps, marker
+    return [], PROFILER_STEPS
+
+
+def _spans(starts: list[float], ends: list[float], track: str) -> list[Step]:
+    return [Step(number, start, end - start, track)
+            for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
 
 
 def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
@@ -423,11 +443,9 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
     unless given a ``schedule``), each ending where a run of ``optimizer.step()`` calls ends (several
     optimizers step one after another) and starting where the previous one ended (the first: at the
     trace's first op); none unless there are two or more. ``ops`` in (track, start) order, nested."""
-    calls = sorted((op for op in ops if op.parent is None and _OPTIMIZER_STEP.match(op.name)),
-                   key=lambda op: op.start)
-    if not calls:
+    track = next((op.track for op in ops if op.parent is None and _OPTIMIZER_STEP.match(op.name)), None)
+    if track is None:
         return []
-    track = calls[0].track
     ends: list[float] = []
     worked = True  # whether an op other than an optimizer's ran since the last end
     for op in ops:  # start order within the optimizer's track
@@ -443,9 +461,27 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
             worked = True
     if len(ends) < 2:
         return []
-    starts = [min(op.start for op in ops), *ends[:-1]]
-    return [Step(number, start, end - start, track)
-            for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
+    return _spans([min(op.start for op in ops), *ends[:-1]], ends, track)
+
+
+def repeated_steps(ops: list[OpRecord]) -> list[Step]:
+    """The calls of a loop profiled without a ``schedule`` and without an optimizer (a model's
+    forward passes): where the top-level ops of the busiest thread are one sequence of at least
+    :data:`MIN_PERIOD_OPS` ops run two or more times over, each run is a step, from its first op's
+    start to the next's (the last: to its last op's end); none otherwise. ``ops`` in (track,
+    start) order, nested."""
+    counts = Counter(op.track for op in ops if op.parent is None and op.category != "Trace")
+    if not counts:
+        return []
+    track = counts.most_common(1)[0][0]
+    roots = [op for op in ops if op.parent is None and op.track == track and op.category != "Trace"]
+    names = [op.name for op in roots]
+    count = len(names)
+    for period in range(MIN_PERIOD_OPS, count // 2 + 1):
+        if count % period == 0 and names[period:] == names[:-period]:
+            starts = [roots[i].start for i in range(0, count, period)]
+            return _spans(starts, [*starts[1:], max(op.end for op in roots[-period:])], track)
+    return []
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
