@@ -150,7 +150,8 @@ def _forward(start: float, layers: int = 2) -> list[dict]:
 def test_without_steps_or_an_optimizer_the_repeated_runs_of_top_level_ops_are_the_steps() -> None:
     """Forward passes profiled in a loop without a schedule: each run of the repeated sequence of
     top-level ops (of the busiest thread) is a step, to the next run's first op (the last: to its
-    own last op's end); a single pass, or one whose ops do not repeat whole, has none."""
+    own last op's end); a single pass, one whose ops do not repeat whole, or a trace torch.profiler
+    did not write has none."""
     loop = parse_trace({"traceEvents": [e for start in (0, 100, 250) for e in _forward(start)]}, "loop")
     assert loop.steps_from == "repetition"
     assert [(round(s.start * 1e6, 6), round(s.duration * 1e6, 6)) for s in loop.steps] == [
@@ -160,6 +161,8 @@ def test_without_steps_or_an_optimizer_the_repeated_runs_of_top_level_ops_are_th
         assert parse_trace({"traceEvents": events}).steps == []
     training = [*_iteration(0), *_iteration(200)]
     assert parse_trace({"traceEvents": training}).steps_from == "Optimizer.step"
+    other = [{**e, "cat": "compute"} for start in (0, 100, 250) for e in _forward(start)]
+    assert parse_trace({"traceEvents": other}).steps == []  # not torch.profiler's: its repeats are no steps
 
 
 def test_malformed_events_are_counted_not_dropped_silently() -> None:

@@ -415,7 +415,7 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
         key=lambda s: (s.start, s.number),
     )
     steps_from = PROFILER_STEPS
-    if not steps:
+    if not steps and is_torch:
         steps, steps_from = _derived_steps(ops)
     _assign_steps(ops, steps)
     notes = {IMPROPER_NESTING: improper} if improper else {}
@@ -424,7 +424,7 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
 
 
 def _derived_steps(ops: list[OpRecord]) -> tuple[list[Step], str]:
-    """The steps of a trace without ``ProfilerStep`` events and what marked them
+    """The steps of a torch.profiler trace without ``ProfilerStep`` events and what marked them
     (:attr:`Trace.steps_from`): its optimizer steps, else its repeated runs of top-level ops."""
     for derive, marker in ((optimizer_steps, OPTIMIZER_STEPS), (repeated_steps, REPEATED_CALLS)):
         steps = derive(ops)
