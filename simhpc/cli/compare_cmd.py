@@ -22,7 +22,7 @@ from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
-from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_CALLS, Trace, read_trace
+from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 from simhpc.units import counted, format_time
@@ -106,7 +106,7 @@ def _steps(summary: dict[str, Any]) -> str:
     if summary["steps_from"] == OPTIMIZER_STEPS:
         return (f"{counted(summary['steps'], 'training step')} (each to the end of an optimizer.step(): the "
                 "trace marks no ProfilerStep, profiled without a schedule)")
-    if summary["steps_from"] == REPEATED_CALLS:
+    if summary["steps_from"] == REPEATED_RUNS:
         return (f"{counted(summary['steps'], 'step')} (the runs of one sequence of top-level ops it repeats: the "
                 "trace marks no ProfilerStep and no optimizer.step())")
     return f"{summary['steps'] or 'no'} profiler steps"

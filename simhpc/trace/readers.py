@@ -34,7 +34,7 @@ _OPTIMIZER_STEP = re.compile(r"Optimizer\.step#\w+\.step$")
 """torch.optim's annotation of each ``optimizer.step()`` call (``Optimizer.step#AdamW.step``)."""
 PROFILER_STEPS = "ProfilerStep"
 OPTIMIZER_STEPS = "Optimizer.step"
-REPEATED_CALLS = "repetition"
+REPEATED_RUNS = "repetition"
 MIN_PERIOD_OPS = 4
 """Fewest top-level ops in a repeated run (:func:`repeated_steps`): a linear layer and its
 activation repeat within one forward pass of a stack of them."""
@@ -426,7 +426,7 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
 def _derived_steps(ops: list[OpRecord]) -> tuple[list[Step], str]:
     """The steps of a torch.profiler trace without ``ProfilerStep`` events and what marked them
     (:attr:`Trace.steps_from`): its optimizer steps, else its repeated runs of top-level ops."""
-    for derive, marker in ((optimizer_steps, OPTIMIZER_STEPS), (repeated_steps, REPEATED_CALLS)):
+    for derive, marker in ((optimizer_steps, OPTIMIZER_STEPS), (repeated_steps, REPEATED_RUNS)):
         steps = derive(ops)
         if steps:
             return steps, marker
@@ -461,7 +461,8 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
             worked = True
     if len(ends) < 2:
         return []
-    return _spans([min(op.start for op in ops), *ends[:-1]], ends, track)
+    first = min(op.start for op in ops if op.category != "Trace")  # not the profiler's own span
+    return _spans([first, *ends[:-1]], ends, track)
 
 
 def repeated_steps(ops: list[OpRecord]) -> list[Step]:
