@@ -110,7 +110,7 @@ def _iteration(start: float, optimizers: int = 1, between: str = "Optimizer.zero
     at = start + 70
     for number in range(optimizers):
         if number:
-            events.append(_x(between, at, 2, cat="user_annotation"))
+            events.append(_x(between, at, 2, cat="user_annotation" if between.startswith("Optimizer.") else "cpu_op"))
             at += 5
         events += [_x("Optimizer.step#SGD.step", at, 10, cat="user_annotation"), _x("aten::add_", at + 1, 5)]
         at += 12
@@ -163,6 +163,28 @@ def test_without_steps_or_an_optimizer_the_repeated_runs_of_top_level_ops_are_th
     assert parse_trace({"traceEvents": training}).steps_from == "Optimizer.step"
     other = [{**e, "cat": "compute"} for start in (0, 100, 250) for e in _forward(start)]
     assert parse_trace({"traceEvents": other}).steps == []  # not torch.profiler's: its repeats are no steps
+
+
+def test_steps_are_found_inside_python_frames_and_the_users_annotations() -> None:
+    """``with_stack=True`` puts Python frames around every op, and a script may wrap each
+    iteration in its own ``record_function``: the optimizer's calls and the repeated runs are
+    found under them; a ``zero_grad`` whose ops run between two optimizers' steps is no work."""
+    frame = _x("train.py(9): <module>", 0, 1000, cat="python_function")
+    training = [frame]
+    for start in (0, 300, 600):
+        training += [_x("train_step", start + 1, 250, cat="user_annotation"), _x("aten::mm", start + 5, 100),
+                     _x("Optimizer.step#SGD.step", start + 150, 20, cat="user_annotation"),
+                     _x("Optimizer.zero_grad#SGD.zero_grad", start + 175, 10, cat="user_annotation"),
+                     _x("aten::zero_", start + 176, 5),
+                     _x("Optimizer.step#Adam.step", start + 200, 20, cat="user_annotation")]
+    trace = parse_trace({"traceEvents": training}, "with_stack")
+    assert trace.steps_from == "Optimizer.step"
+    assert [round(s.start * 1e6 + s.duration * 1e6, 6) for s in trace.steps] == [220, 520, 820]
+    inference = [frame]
+    for start in (0, 300, 600):
+        inference += [_x("infer", start + 1, 250, cat="user_annotation"), _x("aten::mm", start + 5, 100)]
+    trace = parse_trace({"traceEvents": inference}, "annotated calls")
+    assert trace.steps_from == "repetition" and [round(s.start * 1e6, 6) for s in trace.steps] == [1, 301, 601]
 
 
 def test_malformed_events_are_counted_not_dropped_silently() -> None:

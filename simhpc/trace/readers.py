@@ -438,27 +438,49 @@ def _spans(starts: list[float], ends: list[float], track: str) -> list[Step]:
             for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
 
 
+NOT_WORK = ("user_annotation", PYTHON_FRAMES, "Trace")
+"""Categories of events that time no framework work: annotations (``record_function``, torch.optim's
+own, the steps), ``with_stack=True``'s Python frames, the profiler's span of the whole capture."""
+
+
+def _framework_top(ops: list[OpRecord], op: OpRecord) -> bool:
+    """Whether ``op`` is an event of the framework (not a Python frame) inside no other such event."""
+    if op.category in (PYTHON_FRAMES, "Trace"):
+        return False
+    parent = op.parent
+    while parent is not None and ops[parent].category == PYTHON_FRAMES:
+        parent = ops[parent].parent
+    return parent is None
+
+
 def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
     """The training iterations of a trace without ``ProfilerStep`` events (torch.profiler marks none
     unless given a ``schedule``), each ending where a run of ``optimizer.step()`` calls ends (several
-    optimizers step one after another) and starting where the previous one ended (the first: at the
-    trace's first op); none unless there are two or more. ``ops`` in (track, start) order, nested."""
-    track = next((op.track for op in ops if op.parent is None and _OPTIMIZER_STEP.match(op.name)), None)
+    optimizers step one after another; a run is broken by framework work between two calls) and
+    starting where the previous one ended (the first: at the trace's first op); none unless there
+    are two or more. The calls may sit inside Python frames (``with_stack=True``) or an annotation
+    of the user's (``record_function``). ``ops`` in (track, start) order, nested."""
+    track = next((op.track for op in ops if _OPTIMIZER_STEP.match(op.name)), None)
     if track is None:
         return []
-    ends: list[float] = []
-    worked = True  # whether an op other than an optimizer's ran since the last end
-    for op in ops:  # start order within the optimizer's track
-        if op.parent is not None or op.track != track:
+    calls: list[OpRecord] = []
+    work: list[float] = []  # starts of framework work on the track outside the optimizers' annotations
+    inside_until = -math.inf  # the end of the latest optimizer annotation (step, zero_grad)
+    for op in ops:  # start order within the track, parents first
+        if op.track != track or op.start < inside_until:
             continue
-        if _OPTIMIZER_STEP.match(op.name):
-            if worked:
-                ends.append(op.end)
-            else:
-                ends[-1] = op.end  # another optimizer of the same iteration
-            worked = False
-        elif not op.name.startswith("Optimizer."):
-            worked = True
+        if op.name.startswith("Optimizer."):
+            inside_until = op.end
+            if _OPTIMIZER_STEP.match(op.name):
+                calls.append(op)
+        elif op.category not in NOT_WORK:
+            work.append(op.start)
+    ends: list[float] = []
+    for previous, call in zip([None, *calls], calls, strict=False):
+        if previous is None or bisect.bisect_left(work, call.start) > bisect.bisect_right(work, previous.end):
+            ends.append(call.end)
+        else:
+            ends[-1] = call.end  # another optimizer of the same iteration
     if len(ends) < 2:
         return []
     first = min(op.start for op in ops if op.category != "Trace")  # not the profiler's own span
@@ -467,19 +489,21 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
 
 def repeated_steps(ops: list[OpRecord]) -> list[Step]:
     """The calls of a loop profiled without a ``schedule`` and without an optimizer (a model's
-    forward passes): where the top-level ops of the busiest thread are one sequence of at least
-    :data:`MIN_PERIOD_OPS` ops run two or more times over, each run is a step, from its first op's
-    start to the next's (the last: to its last op's end); none otherwise. ``ops`` in (track,
-    start) order, nested."""
-    counts = Counter(op.track for op in ops if op.parent is None and op.category != "Trace")
-    if not counts:
+    forward passes): where the top-level framework events of the busiest thread (Python frames
+    seen through) are one sequence run two or more times over, of :data:`MIN_PERIOD_OPS` events
+    at least or of annotations only (the user's ``record_function`` around each call), each run
+    is a step, from its first event's start to the next's (the last: to its last event's end);
+    none otherwise. ``ops`` in (track, start) order, nested."""
+    tops = [op for op in ops if _framework_top(ops, op)]
+    if not tops:
         return []
-    track = counts.most_common(1)[0][0]
-    roots = [op for op in ops if op.parent is None and op.track == track and op.category != "Trace"]
+    track = Counter(op.track for op in tops).most_common(1)[0][0]
+    roots = [op for op in tops if op.track == track]
     names = [op.name for op in roots]
     count = len(names)
-    for period in range(MIN_PERIOD_OPS, count // 2 + 1):
-        if count % period == 0 and names[period:] == names[:-period]:
+    for period in range(1, count // 2 + 1):
+        marked = period >= MIN_PERIOD_OPS or all(op.category == "user_annotation" for op in roots[:period])
+        if marked and count % period == 0 and names[period:] == names[:-period]:
             starts = [roots[i].start for i in range(0, count, period)]
             return _spans(starts, [*starts[1:], max(op.end for op in roots[-period:])], track)
     return []
