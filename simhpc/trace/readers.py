@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -475,9 +476,9 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
                 calls.append(op)
         elif op.category not in NOT_WORK:
             work.append(op.start)
-    ends: list[float] = []
-    for previous, call in zip([None, *calls], calls, strict=False):
-        if previous is None or bisect.bisect_left(work, call.start) > bisect.bisect_right(work, previous.end):
+    ends = [calls[0].end]
+    for previous, call in pairwise(calls):
+        if bisect.bisect_left(work, call.start) > bisect.bisect_right(work, previous.end):
             ends.append(call.end)
         else:
             ends[-1] = call.end  # another optimizer of the same iteration
