@@ -101,7 +101,6 @@ def test_profiler_steps_are_recognised() -> None:
     assert [s[2] for s in steps] == [5, 6, 6]  # the other thread's op falls in step 6 by time
 
 
-
 def _iteration(start: float, optimizers: int = 1, between: str = "Optimizer.zero_grad#SGD.zero_grad") -> list[dict]:
     """One training iteration from ``start`` (us): zero_grad, a product, its backward on the
     autograd thread, then ``optimizers`` optimizer steps with ``between`` before each after the first."""
@@ -138,6 +137,7 @@ def test_without_profiler_steps_the_optimizer_steps_mark_the_iterations() -> Non
     marked = parse_trace({"traceEvents": [_x("ProfilerStep#3", 0, 190, cat="user_annotation"), *_iteration(0),
                                           _x("ProfilerStep#4", 200, 190, cat="user_annotation"), *_iteration(200)]})
     assert [s.number for s in marked.steps] == [3, 4] and marked.steps_from == "ProfilerStep"
+
 
 def _forward(start: float, layers: int = 2) -> list[dict]:
     """One forward pass from ``start`` (us): a convolution, ``layers`` linear + ReLU pairs, a head."""
