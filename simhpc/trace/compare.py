@@ -31,7 +31,7 @@ from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_wri
 from simhpc.trace.fresh_pages import PAGE_BYTES, capture_page_faults, fresh_writes_from_events
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops, outside_ops, uneven_steps
 from simhpc.trace.product_reuse import charge_products
-from simhpc.trace.readers import OpRecord, Trace
+from simhpc.trace.readers import PROFILER_SPAN, OpRecord, Trace
 from simhpc.trace.step_ops import (
     FRAMEWORK_KINDS,
     StepWork,
@@ -414,7 +414,7 @@ def compare_trace(trace: Trace, model: CostModel, device: Device, threads: int) 
     else:
         steps = 1
         # From the first op to the last: the profiler's own span of the whole capture is not one.
-        roots = [op for op in trace.ops if op.parent is None and op.category != "Trace"] or trace.ops
+        roots = [op for op in trace.ops if op.parent is None and op.category != PROFILER_SPAN] or trace.ops
         measured = max(op.end for op in roots) - min(op.start for op in roots)
     call_gaps = _call_gaps(trace, predictions, model) / steps
     predicted = sum(p.predicted_s for p in predictions) / steps + call_gaps

@@ -293,6 +293,8 @@ IMPROPER_NESTING = ("complete events that start inside another of their thread a
 
 
 PYTHON_FRAMES = "python_function"
+PROFILER_SPAN = "Trace"
+"""The category of the profiler's own span over the whole capture (``PyTorch Profiler (0)``)."""
 """The category of the Python frames torch.profiler records with ``with_stack=True``."""
 
 
@@ -439,14 +441,14 @@ def _spans(starts: list[float], ends: list[float], track: str) -> list[Step]:
             for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
 
 
-NOT_WORK = ("user_annotation", PYTHON_FRAMES, "Trace")
+NOT_WORK = ("user_annotation", PYTHON_FRAMES, PROFILER_SPAN)
 """Categories of events that time no framework work: annotations (``record_function``, torch.optim's
 own, the steps), ``with_stack=True``'s Python frames, the profiler's span of the whole capture."""
 
 
 def _framework_top(ops: list[OpRecord], op: OpRecord) -> bool:
     """Whether ``op`` is an event of the framework (not a Python frame) inside no other such event."""
-    if op.category in (PYTHON_FRAMES, "Trace"):
+    if op.category in (PYTHON_FRAMES, PROFILER_SPAN):
         return False
     parent = op.parent
     while parent is not None and ops[parent].category == PYTHON_FRAMES:
@@ -484,7 +486,7 @@ def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
             ends[-1] = call.end  # another optimizer of the same iteration
     if len(ends) < 2:
         return []
-    first = min(op.start for op in ops if op.category != "Trace")  # not the profiler's own span
+    first = min(op.start for op in ops if op.category != PROFILER_SPAN)
     return _spans([first, *ends[:-1]], ends, track)
 
 
