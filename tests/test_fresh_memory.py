@@ -16,6 +16,7 @@ from simhpc.hardware.host import COMMITTED_CALIBRATION
 from simhpc.trace.compare import compare_trace
 from simhpc.trace.fresh_memory import FRESH_BLOCK_BYTES
 from simhpc.trace.readers import parse_trace
+from simhpc.units import format_time
 
 PER_PAGE_S = 3e-6
 LARGE = [16, 64, 112, 112]  # 51 MB of fp32: above glibc's largest mmap threshold
@@ -225,10 +226,13 @@ def test_a_trace_without_its_allocator_settings_states_the_heap_faults_it_may_hi
         summary = json.loads(runner.invoke(main, [*arguments, "--json", "-o", str(tmp_path / name)]).stdout)
         assert summary["heap_faults_if_fresh_s"] == (exposed if exposed is None else pytest.approx(exposed))
         assert summary["first_touch_s"] == pytest.approx(charged)
+        assert summary["heap_growth_s"] == pytest.approx(charged)  # all of it the heap growth's estimate
         assert summary["first_touch_basis"] == ("shapes and heap growth" if exposed else "shapes")
         text = " ".join(runner.invoke(main, [*arguments, "-o", str(tmp_path / f"{name}-text")]).output.split())
         assert ("heap trims" in text) == (exposed is not None)
         assert ("each step's largest heap blocks" in text) == (exposed is not None)
+        without = summary["predicted_step_s"] - charged
+        assert (f"estimated from the heap's growth (below): predicted {format_time(without)}" in text) == bool(charged)
 
 
 def test_a_plain_scripts_step_writes_its_largest_heap_blocks_into_new_pages() -> None:
@@ -281,7 +285,8 @@ def test_a_committed_plain_capture_is_within_target_for_its_heaps_growth(threads
     step, gemm = PLAIN_CAPTURES[threads]
     assert summary["step_error_pct"] == pytest.approx(step, abs=0.1)
     assert summary["gemm_mape_pct"] == pytest.approx(gemm, abs=0.1)
-    without = summary["predicted_step_s"] - summary["first_touch_s"]
+    assert summary["heap_growth_s"] == pytest.approx(summary["first_touch_s"])
+    without = summary["predicted_step_s"] - summary["heap_growth_s"]
     assert without < 0.9 * summary["measured_step_s"]
 
 
@@ -296,6 +301,6 @@ def test_a_committed_capture_without_a_schedule_is_compared_over_its_optimizer_s
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["steps"], summary["steps_from"], summary["threads"]) == (10, "Optimizer.step", 1)
-    assert summary["first_touch_basis"] == "memory events"
+    assert summary["first_touch_basis"] == "memory events" and summary["heap_growth_s"] == 0.0
     assert 0.8 * 12288 < summary["fresh_pages_per_step"] <= 12288
     assert summary["step_error_pct"] == pytest.approx(-5.7, abs=0.1)

@@ -20,7 +20,7 @@ from simhpc.errors import SimhpcError
 from simhpc.hardware.host import detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
-from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas
+from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas, percent_error
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
@@ -127,6 +127,15 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{what}: measured {format_time(comparison.measured_step_s)}, predicted "
         f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
     )
+    growth = comparison.heap_growth_step_s
+    if growth > 0 and comparison.measured_step_s > 0:
+        without = comparison.predicted_step_s - growth
+        console.print(
+            f"without the {format_time(growth)} a step of page faults estimated from the heap's growth (below): "
+            f"predicted {format_time(without)} ({_pct(percent_error(without, comparison.measured_step_s))}); "
+            "a plain process meets either, as the holes its earlier allocations left decide "
+            "(validation/README.md, session 40)"
+        )
     outside = comparison.outside_ops_s
     if outside is not None and comparison.measured_step_s > 0:
         console.print(

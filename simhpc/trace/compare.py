@@ -76,6 +76,9 @@ class OpPrediction:
     (:mod:`simhpc.trace.fresh_pages`, :mod:`simhpc.trace.fresh_memory`)."""
     fresh_bytes: float = 0.0
     """The bytes of freshly mapped memory it writes first (what ``first_touch_s`` charges)."""
+    heap_growth_s: float = 0.0
+    """Of ``first_touch_s``: the part estimated from a plain script's heap growth under the profiler
+    (:func:`~simhpc.trace.fresh_memory.largest_heap_writes`; a trace without memory events)."""
     activations_s: float = 0.0
     """Of ``predicted_s``: a convolution's activations fetched from memory
     (:mod:`simhpc.trace.conv_activations`)."""
@@ -153,6 +156,12 @@ class Comparison:
         return sum(p.first_touch_s for p in self.predictions) / max(1, self.steps)
 
     @property
+    def heap_growth_step_s(self) -> float:
+        """Of ``first_touch_step_s``: the page faults estimated from the heap's growth under the
+        profiler (``first_touch_basis`` ``shapes and heap growth``), 0 otherwise."""
+        return sum(p.heap_growth_s for p in self.predictions) / max(1, self.steps)
+
+    @property
     def fresh_pages_per_step(self) -> float:
         """Pages a step the ops write fresh, as charged (``first_touch_step_s``'s pages)."""
         return sum(math.ceil(p.fresh_bytes / PAGE_BYTES) for p in self.predictions) / max(1, self.steps)
@@ -197,6 +206,7 @@ class Comparison:
             "outside_ops_s": self.outside_ops_s,
             "first_touch_s": self.first_touch_step_s,
             "first_touch_basis": self.first_touch_basis,
+            "heap_growth_s": self.heap_growth_step_s,
             "fresh_pages_per_step": self.fresh_pages_per_step,
             "capture_page_faults_per_step": self.capture_page_faults_per_step,
             "conv_activations_s": self.activations_step_s,
@@ -360,17 +370,21 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         return
     kernels = {p.op.index: p.kernel for p in predictions if p.kernel is not None}
     carrying = {p.op.index: p for p in predictions if p.op.index in kernels}
+    grown: dict[int, float] = {}
     if trace.memory:
         fresh = fresh_writes_from_events(trace, kernels, first_touch(PAGE_BYTES, threads))
     else:
         fresh = fresh_writes(trace, kernels)
         if _first_touch_basis(trace) == HEAP_GROWTH:
-            fresh.update(largest_heap_writes(trace, kernels))
+            grown = largest_heap_writes(trace, kernels)
+            fresh.update(grown)
     for index, nbytes in fresh.items():
         prediction = carrying[index]
         prediction.fresh_bytes = nbytes
         prediction.first_touch_s = first_touch(nbytes, threads)
         prediction.predicted_s += prediction.first_touch_s
+        if index in grown:
+            prediction.heap_growth_s = prediction.first_touch_s
 
 
 HEAP_GROWTH = "shapes and heap growth"
