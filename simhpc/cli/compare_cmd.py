@@ -128,7 +128,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
     )
     growth = comparison.heap_growth_step_s
-    if growth > 0 and comparison.measured_step_s > 0:
+    if growth > 0:
         without = comparison.predicted_step_s - growth
         console.print(
             f"without the {format_time(growth)} a step of page faults estimated from the heap's growth (below): "
