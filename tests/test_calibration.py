@@ -1888,7 +1888,8 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
     """``gemm_cold`` rows with ``after`` (a product timed right after a flush and one of another
     layout) stay out of the cold-call fit and give the part of its constant that is the layout's
     kernels: a product whose layout's kernels are cold pays that part even when the constant's
-    remainder is warm, and the whole constant when both are cold."""
+    remainder is warm, and the whole constant when both are cold. The part is its own layout's
+    points' median, all the points' for a layout without any."""
     from simhpc.costs.cold_products import cold_product_fits, path_constants
 
     data = json.loads(cal_path.read_text())
@@ -1902,10 +1903,16 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
              for (first, layout), extra in zip((("nt", "nn"), ("nn", "tn"), ("nt", "tn")), (8e-6, 12e-6, 20e-6))]
     assert cold_product_fits(rows + after, "numpy") == cold_product_fits(rows, "numpy")
     assert path_constants(rows + after, "numpy") == {1: pytest.approx(12e-6)}
+    assert path_constants(rows + after, "numpy", "tn") == {1: pytest.approx(16e-6)}
     assert path_constants(rows, "numpy") == {}
     data["kernels"]["gemm_cold"] = rows + after
     efficiency = CalibratedEfficiency(validate(data, "cold.json"), cache="cold")
-    product = Gemm(dtype="fp32", m=2048, n=2048, k=2048)  # slower than the synthetic file's dispatch floor
+    for layout, path in (("nn", 8e-6), ("tn", 16e-6)):
+        own = Gemm(dtype="fp32", m=2048, n=2048, k=2048, layout=layout)
+        assert efficiency.product_in_step_s(own, 1, 0.0, 0.0, 1.0) == pytest.approx(
+            efficiency.product_in_step_s(own, 1, 0.0, 0.0, 0.0) + path)
+    # no points of its layout: all the points' median; slower than the synthetic file's dispatch floor
+    product = Gemm(dtype="fp32", m=2048, n=2048, k=2048, layout="nt")
     warm = efficiency.product_in_step_s(product, 1, 0.0, 0.0, 0.0)
     assert warm > efficiency.dispatch_floor(1)
     assert efficiency.product_in_step_s(product, 1, 0.0, 0.0, 1.0) == pytest.approx(warm + 12e-6)

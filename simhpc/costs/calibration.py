@@ -83,6 +83,7 @@ from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.cold_products import cold_product_fits, path_constants
 from simhpc.costs.interpolation import thread_blend
 from simhpc.costs.kernels import (
+    LAYOUTS,
     Attention,
     Elementwise,
     Gemm,
@@ -164,7 +165,8 @@ class CalibratedEfficiency:
     def _build(self) -> None:
         cal = self.calibration
         self._cold_product = cold_product_fits(cal.rows("gemm_cold"), self.blas)
-        self._path_constant = path_constants(cal.rows("gemm_cold"), self.blas)
+        self._path_constant = {layout: path_constants(cal.rows("gemm_cold"), self.blas, layout)
+                               for layout in (None, *LAYOUTS)}
         self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -227,14 +229,16 @@ class CalibratedEfficiency:
         per_byte = sum(w * min(self._cold_product[t][1], 1.0 / self.calibration.model_bandwidth(t)) for t, w in blend)
         return seconds, per_byte
 
-    def path_constant(self, threads: int) -> float:
+    def path_constant(self, threads: int, layout: str | None = None) -> float:
         """Of the cold call's constant (:meth:`cold_call_parts`), the seconds that are the kernels of
-        the product's own layout (:func:`~simhpc.costs.cold_products.path_constants`); 0 without such points."""
+        the product's own layout (:func:`~simhpc.costs.cold_products.path_constants`): from the points
+        of ``layout`` where the calibration has them, else from all; 0 without such points."""
         parts = self.cold_call_parts(threads)
-        blend = thread_blend(sorted(self._path_constant), threads)
+        measured = self._path_constant.get(layout) or self._path_constant[None]
+        blend = thread_blend(sorted(measured), threads)
         if parts is None or not blend:
             return 0.0
-        return min(parts[0], sum(w * self._path_constant[t] for t, w in blend))
+        return min(parts[0], sum(w * measured[t] for t, w in blend))
 
     def product_in_step_s(self, kernel: Gemm, threads: int, call_share: float, cold_bytes: float,
                           path_share: float, cold_output_bytes: float = 0.0) -> float | None:
@@ -248,7 +252,7 @@ class CalibratedEfficiency:
         warm = self._product_time(kernel, threads)
         if parts is None or warm is None:
             return None
-        path = self.path_constant(threads)
+        path = self.path_constant(threads, kernel.layout if kernel.batch == 1 else None)
         constant = call_share * (parts[0] - path) + max(call_share, path_share) * path
         fetched = cold_bytes * parts[1] + cold_output_bytes / self.calibration.model_bandwidth(threads)
         return max(warm + constant + fetched, self.dispatch_floor(threads))

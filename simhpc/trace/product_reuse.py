@@ -24,10 +24,12 @@ Inside a training step a product finds neither state: what ran since decides how
   8.4 / 20.4 -> 14.1 / 27.5 %).
 - **The kernels of its layout** (``nn``, ``nt``, ``tn``, ``tt``; batched or not) as the constant,
   but counting the bytes since the previous product of that layout: the part of the constant they
-  are is measured (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.path_constant`, 10-11 us
-  of 44-68 on the Xeon reference). A linear layer's input gradient (``nn``) right after its forward
-  (``nt``) finds the BLAS's common code warm and its own kernels cold: the tiny heads of the extra
-  models took 17-24 us over a 1-4 us loop time there, predicted 2-4 us without this part.
+  are is measured, per layout where the calibration has its points
+  (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.path_constant`, 10-11 us of 44-68 on the
+  Xeon reference; on the EPYC Zen 4 guest a weight gradient's ``tn`` 6 us, ``nn`` and ``nt`` 9-10).
+  A linear layer's input gradient (``nn``) right after its forward (``nt``) finds the BLAS's common
+  code warm and its own kernels cold: the tiny heads of the extra models took 17-24 us over a 1-4 us
+  loop time there, predicted 2-4 us without this part.
 - **The operand bytes** only for inputs the ops within the last effective cache's worth of bytes
   (:meth:`~simhpc.costs.calibration_file.Calibration.effective_cache_bytes`) did not read: an
   operand with as many elements as one of their inputs is taken to be that tensor or a view of it,
