@@ -1907,8 +1907,8 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
     assert path_constants(rows, "numpy") == {}
     data["kernels"]["gemm_cold"] = rows + after
     efficiency = CalibratedEfficiency(validate(data, "cold.json"), cache="cold")
-    for layout, path in (("nn", 8e-6), ("tn", 16e-6)):
-        own = Gemm(dtype="fp32", m=2048, n=2048, k=2048, layout=layout)
+    for layout, batch, path in (("nn", 1, 8e-6), ("tn", 1, 16e-6), ("nn", 2, 12e-6)):  # batched: all points
+        own = Gemm(dtype="fp32", m=2048, n=2048, k=2048, layout=layout, batch=batch)
         assert efficiency.product_in_step_s(own, 1, 0.0, 0.0, 1.0) == pytest.approx(
             efficiency.product_in_step_s(own, 1, 0.0, 0.0, 0.0) + path)
     # no points of its layout: all the points' median; slower than the synthetic file's dispatch floor
