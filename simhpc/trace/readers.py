@@ -293,9 +293,9 @@ IMPROPER_NESTING = ("complete events that start inside another of their thread a
 
 
 PYTHON_FRAMES = "python_function"
+"""The category of the Python frames torch.profiler records with ``with_stack=True``."""
 PROFILER_SPAN = "Trace"
 """The category of the profiler's own span over the whole capture (``PyTorch Profiler (0)``)."""
-"""The category of the Python frames torch.profiler records with ``with_stack=True``."""
 
 
 def _nest(ops: list[OpRecord]) -> int:
