@@ -30,7 +30,10 @@ the cold products' fits (:mod:`simhpc.costs.cold_products`) and a training step'
   flush) give its bytes: a framework op inside a training step finds its operands out of cache.
   Those points' ``add`` writes a third array, each line of which is fetched before it is
   written, so an op that writes in place (``x.add_(y)``, ``Elementwise.in_place``) is given only
-  the bytes it reads; its working set, warm or cold, is its distinct bytes.
+  the bytes it reads; its working set, warm or cold, is its distinct bytes. Inside a traced step
+  the inputs a recent op wrote are still in cache: those bytes take their share of the warm time
+  and only the rest the cold rate (:meth:`CalibratedEfficiency.stream_in_step_s`,
+  :mod:`simhpc.trace.stream_reuse`).
   A BLAS product then also pays what its ``gemm_cold``
   points say a single call after a cache flush takes over repeated calls (a constant, for the
   BLAS's code and buffers, plus its bytes over a bandwidth no lower than the DRAM roofline's; 41-72 us
@@ -315,7 +318,16 @@ class CalibratedEfficiency:
         """The calibrated host's interpolated time for ``kernel`` on ``threads`` cores (None: not
         covered). With ``blas="torch"`` (a traced ATen op) no less than the cheapest measured
         ATen call: dispatch costs an op that much however little it computes."""
-        seconds = self._kernel_time(kernel, threads)
+        return self._floored(self._kernel_time(kernel, threads), threads)
+
+    def stream_in_step_s(self, kernel: Kernel, threads: int, cached_bytes: float) -> float | None:
+        """A memory-bound kernel's time in a training step when ``cached_bytes`` of what it fetches
+        are already in cache (:mod:`simhpc.trace.stream_reuse`; the cold rate times the rest:
+        :meth:`~simhpc.costs.stream_curves.StreamCurves.stream_time`); None: not covered."""
+        return self._floored(self.streams.stream_time(kernel, threads, cached_bytes=cached_bytes), threads)
+
+    def _floored(self, seconds: float | None, threads: int) -> float | None:
+        """``seconds`` no less than the cheapest measured ATen call with ``blas="torch"``."""
         if seconds is None or self.blas != "torch":
             return seconds
         return max(seconds, self.dispatch_floor(threads))

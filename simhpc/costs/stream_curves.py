@@ -241,12 +241,17 @@ class StreamCurves:
             return 1.0
         return pool_work(kernel.window, kernel.outputs, kernel.inputs) / kernel.nbytes / calibrated
 
-    def stream_time(self, kernel: Kernel, threads: int, framework: bool = True) -> float | None:
+    def stream_time(self, kernel: Kernel, threads: int, framework: bool = True,
+                    cached_bytes: float = 0.0) -> float | None:
         """Interpolated measured seconds of a memory-bound kernel on the host (None: not covered).
 
         ``framework=False``: arithmetic inside a fused kernel (attention's exponentials, a recurrent
         layer's gates): the C kernels' curves (see :meth:`stream_key`), on data the fused kernel
-        holds in cache, so never the cold floor."""
+        holds in cache, so never the cold floor.
+
+        ``cached_bytes``: with ``cache="cold"``, the part of the kernel's fetched bytes already in
+        cache (an input an op just wrote, :mod:`simhpc.trace.stream_reuse`): that share of the
+        warm time, plus the rest's bytes at the cold rate, no less than the warm time."""
         key = self.stream_key(kernel, framework)
         if key is None:
             return None
@@ -268,9 +273,11 @@ class StreamCurves:
         base = COLD_BASE.get(section)
         if framework and self.cache == "cold" and base is not None and base[0] in self._cold:
             streams = 1 if isinstance(kernel, FrameworkOp) and kernel.serial else threads  # the cores fetching
-            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, kernel.fetched_bytes(), streams)
+            fetched = kernel.fetched_bytes()
+            cached = min(max(cached_bytes, 0.0), fetched)
+            cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, fetched - cached, streams)
             if warm is not None and cold is not None:
-                return max(warm, cold)
+                return max(warm, warm * cached / fetched + cold) if cached else max(warm, cold)
         return warm
 
     def _transpose_time(self, copy: Copy, threads: int) -> float | None:

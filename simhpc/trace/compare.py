@@ -42,6 +42,7 @@ from simhpc.trace.step_ops import (
     top_level_ops,
     transition_before,
 )
+from simhpc.trace.stream_reuse import charge_streams
 
 UNPREDICTED_KINDS = {
     "compiled": "torch.compile graph: its fused kernels are not recorded op by op (its self time is their work)",
@@ -292,6 +293,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
         predictions.append(OpPrediction(op, result.kernel, op.self_time, predicted, True))
     _dispatch_after_kernels(predictions, model)
     charge_products(predictions, model, threads, BlockHistory(trace.memory))
+    charge_streams(predictions, model, threads)
     charge_convolutions(predictions, model, threads)
     _add_first_touch(trace, predictions, model, threads)
     return predictions
