@@ -25,6 +25,7 @@ model has one per layer of the same shape, so the next layer's update would be m
 one's. Counting them took eighteen plain captures' (AdamW, one update chain per parameter) mean
 absolute step error from 12.1 to 16.0 % (14.4 % without them); not counting them misses the second
 op of a chain of updates of one tensor.
+
 Outputs are fetched before they are written (their blocks were mostly freed long before: counting
 them cached took the Zen 4 guest's elementwise totals 10-35 points lower, to -9..-47 %).
 
