@@ -277,7 +277,7 @@ class StreamCurves:
             cached = min(max(cached_bytes, 0.0), fetched)
             cold = self.curve_time(base[0], base[1] + COLD, "fp32", working, fetched - cached, streams)
             if warm is not None and cold is not None:
-                return max(warm, warm * cached / fetched + cold) if cached else max(warm, cold)
+                return max(warm, warm * (cached / fetched if cached else 0.0) + cold)
         return warm
 
     def _transpose_time(self, copy: Copy, threads: int) -> float | None:
