@@ -74,6 +74,19 @@ def test_a_far_point_is_timed_at_its_shapes_near_speed_up(shape: tuple[int, int,
         r for r in rows if r["threads"] == 1 or r.get("round_trip_s") == NEAR]  # the others as measured
 
 
+def test_no_far_point_is_estimated_past_its_thread_count_s_speed_up() -> None:
+    """Near points that read 4x their 1-thread time (smoothed surfaces dip apart by that much
+    around a layout's narrow products): a far point takes 2 threads' most, half its 1-thread time."""
+    shape = (64, 1024, 16)
+    rows = [{**r, "time_s": _single_s(r["m"], r["n"], r["k"]) / 4} if r["threads"] == 2 else r
+            for r in _rows({shape: _single_s(*shape)})]
+    rows = [{**r, "time_s": _single_s(*shape)} if r["threads"] == 2 and (r["m"], r["n"], r["k"]) == shape else r
+            for r in rows]
+    estimated, count = at_distance(rows, FAR_RATIO * NEAR, "near", "rbf", 0.3)
+    assert count == 1
+    assert _two_thread(estimated, shape) == pytest.approx(_single_s(*shape) / 2, rel=1e-9)
+
+
 def test_a_far_point_faster_than_its_estimate_and_too_few_near_points_keep_what_was_measured() -> None:
     shape = (256, 256, 256)
     near_s = _single_s(*shape) / _speed_up(*shape)

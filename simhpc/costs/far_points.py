@@ -14,7 +14,11 @@ So for a trace whose cores were near (or that does not say), a far point is give
 the cores near: the near points' efficiency surface over the 1-thread points'
 (:class:`~simhpc.costs.interpolation.GemmSurface`, both smoothed alike), where that is faster than
 what it measured. The speed-up changes smoothly with the shape where the time does not (a
-layout's kernel choices show in the 1-thread point too). For a trace captured with the cores far
+layout's kernel choices show in the 1-thread point too). It is taken no higher than the thread
+count: the two smoothed surfaces dip apart where a layout's narrow products run unlike their
+neighbours (on a Zen 5 guest at 4.5 GHz, 87 of its 107 2-thread ``nt`` products read far, their
+ratio gave a 64 x 4 x 4096 ``nt`` product 3.7x its 1-thread speed on 2 cores: 10.5 us against
+39 us on one and 21-24 us measured in a loop on two). For a trace captured with the cores far
 apart, the other way round: a near point at the far speed-up, where that is slower. A point
 without a 1-thread point of its shape, outside the range of work (FLOPs) of the points in the state
 asked for, or in a group (dtype, layout, thread count) with fewer than :data:`MIN_POINTS` of them,
@@ -112,7 +116,8 @@ def at_distance(rows: list[Row], far_above: float | None, cores: str, method: st
             if one is None or not least <= _flops(row) <= most:  # no speed-up extrapolated past the sizes seen
                 continue
             shape = _shape(row)
-            seconds = one["time_s"] * one_surface.fraction(*shape) / wanted_surface.fraction(*shape)
+            speedup = min(wanted_surface.fraction(*shape) / one_surface.fraction(*shape), row["threads"])
+            seconds = one["time_s"] / speedup
             if sign * (row["time_s"] - seconds) > 0:
                 estimated[id(row)] = {**row, "time_s": seconds, "measured_s": row["time_s"]}
     return [estimated.get(id(row), row) for row in rows], len(estimated)
