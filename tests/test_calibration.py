@@ -654,23 +654,26 @@ def test_host_warnings(cal_path: Path) -> None:
 def test_default_calibration_is_the_committed_one_of_this_kind_of_machine(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each committed calibration is the default on the machine it measured (model, cores, flags and
-    caches all alike); another machine gets the most like it (an AVX2 AMD guest with other caches an
-    EPYC's, an unknown AVX-512 Intel CPU the Xeon's with the nearer caches); $SIMHPC_CALIBRATION wins,
-    and an error about the file it names says so."""
+    caches all alike; of two Zen 5 guests alike in all of them, the later suite's); another machine
+    gets the most like it (an AVX2 AMD guest with other caches an EPYC's, an unknown AVX-512 Intel
+    CPU the Xeon's with the nearer caches); $SIMHPC_CALIBRATION wins, and an error about the file it
+    names says so."""
     from simhpc.hardware.host import COMMITTED_CALIBRATION, _committed_hosts, default_calibration
 
     monkeypatch.delenv("SIMHPC_CALIBRATION", raising=False)
     committed = _committed_hosts()
     assert committed[0][0] == COMMITTED_CALIBRATION and len(committed) >= 3
-    for path, facts in committed:
-        assert default_calibration(facts) == path
-        others = [other for other_path, other in committed if other_path != path]
-        assert not any(facts.same_machine(other) for other in others)
-    zen = next(facts for path, facts in committed if path.name.startswith("epyc"))
+    for path, facts, _ in committed:  # of files of one kind of machine, the latest suite's, then the newest
+        alike = sorted((recency, other_path) for other_path, other, recency in committed if other.same_machine(facts))
+        assert default_calibration(facts) == alike[-1][1]
+        assert len(alike) == 1 or path.name.startswith("epyc-zen5")
+    zen5 = next(facts for path, facts, _ in committed if path.name == "epyc-zen5.json")
+    assert default_calibration(zen5).name == "epyc-zen5-4.5ghz.json"  # suite 34 over suite 20
+    zen = next(facts for path, facts, _ in committed if path.name.startswith("epyc"))
     bigger_l3 = dataclasses.replace(zen, caches=(*zen.caches[:2], CacheInfo("L3", 256 << 20, 2)))
     assert default_calibration(bigger_l3).name == "epyc-zen3.json"  # 32 MiB: the nearer L3
     four_cores = dataclasses.replace(zen, cores=4, cpu_model="AMD EPYC 7B12")
-    assert default_calibration(four_cores) == next(path for path, facts in committed if facts.same_machine(zen))
+    assert default_calibration(four_cores) == default_calibration(zen)
     # an unknown AVX-512 Intel CPU: a Xeon's, the one with the nearer caches (32 MiB L3: the 105 MiB one's)
     assert default_calibration(HOST).name == "xeon-spr.json"
     huge_l3 = dataclasses.replace(HOST, caches=(*HOST.caches[:2], CacheInfo("L3", 512 << 20, 4)))

@@ -369,16 +369,21 @@ def catalog_entries(data: Any, where: str) -> dict[str, dict[str, Any]]:
 
 
 @functools.cache
-def _committed_hosts() -> tuple[tuple[Path, HostFacts], ...]:
-    """Every committed calibration with the host it measured (the reference machine's first);
-    files that are not readable calibrations are left out."""
+def _committed_hosts() -> tuple[tuple[Path, HostFacts, tuple[int, str]], ...]:
+    """Every committed calibration with the host it measured and how recent it is (its suite
+    version, then when it was made), the reference machine's first; files that are not readable
+    calibrations are left out."""
     paths = sorted(CALIBRATION_DIR.glob("*.json"), key=lambda path: (path != COMMITTED_CALIBRATION, path.name))
     found = []
     for path in paths:
         try:
-            found.append((path, HostFacts.from_dict(json.loads(path.read_text(encoding="utf-8")).get("host"))))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, HostFactsError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            facts = HostFacts.from_dict(data.get("host"))
+            recency = (int(data.get("microbench", {}).get("suite_version") or 0), str(data.get("created") or ""))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError,
+                HostFactsError):
             continue
+        found.append((path, facts, recency))
     return tuple(found)
 
 
@@ -394,19 +399,22 @@ def _likeness(measured: HostFacts, here: HostFacts) -> tuple[bool, bool, bool, b
 
 def default_calibration(facts: HostFacts | None = None) -> Path:
     """The calibration used where none is named: the file ``$SIMHPC_CALIBRATION`` names, else the
-    committed calibration of this kind of machine (:meth:`HostFacts.same_machine`), else of the most
-    like it (:func:`_likeness`: an AVX2 AMD guest gets an EPYC's, not the AVX-512 Xeon's), the
+    committed calibration of this kind of machine (:meth:`HostFacts.same_machine`; of several, the
+    one of the latest microbenchmark suite, then the newest: guests alike in every fact the OS shows
+    can run at different clocks, and the older file may lack the later suites' kernels), else of the
+    most like it (:func:`_likeness`: an AVX2 AMD guest gets an EPYC's, not the AVX-512 Xeon's), the
     reference machine's :data:`COMMITTED_CALIBRATION` on ties. ``simhpc compare`` warns when the
     host differs."""
     named = os.environ.get(CALIBRATION_ENV)
     if named:
         return Path(named)
     here = facts or detect_host()
-    best, best_likeness = COMMITTED_CALIBRATION, None
-    for path, measured in _committed_hosts():  # the reference first: it wins ties
+    best, best_key = COMMITTED_CALIBRATION, None
+    for path, measured, recency in _committed_hosts():  # the reference first: it wins ties
         likeness = _likeness(measured, here)
-        if best_likeness is None or likeness > best_likeness:
-            best, best_likeness = path, likeness
+        key = (*likeness, recency if likeness[0] else (0, ""))
+        if best_key is None or key > best_key:
+            best, best_key = path, key
     return best
 
 
