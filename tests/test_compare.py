@@ -1000,6 +1000,28 @@ def test_issue_target(key: tuple[str, str], tmp_path: Path) -> None:
     assert summary["gemm_mape_pct"] <= TARGET_PCT
 
 
+def test_products_far_off_their_predictions_point_to_the_calibration_of_the_machine_that_ran_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The 4.5 GHz Zen 5 guest's transformer against the 3.75 GHz guest's calibration: its large
+    products took under 0.83x their predicted time, and the warning names the other committed file of
+    that kind of machine; against its own calibration, no such warning."""
+    fast, slow = MACHINES["epyc-zen5-4.5ghz"][1], MACHINES["epyc-zen5"][1]
+    trace = next(MACHINES["epyc-zen5-4.5ghz"][0].glob("transformer_t1.json*"))
+    monkeypatch.setattr("simhpc.cli.compare_cmd.committed_calibrations", lambda: [slow, fast])
+
+    def warnings(calibration: Path) -> tuple[float, list[str]]:
+        result = CliRunner().invoke(main, ["compare", str(trace), "--calibration", str(calibration), "--json",
+                                           "-o", str(tmp_path / calibration.stem)])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        return summary["product_speed_ratio"], [w for w in summary["warnings"] if "products of 0.5 ms" in w]
+
+    ratio, [warning] = warnings(slow)
+    assert ratio < 0.83 and "may describe a slower machine" in warning and "epyc-zen5-4.5ghz.json" in warning
+    ratio, speed = warnings(fast)
+    assert 0.83 <= ratio <= 1.2 and speed == []
+
+
 def test_compare_report_and_against(tmp_path: Path) -> None:
     runner = CliRunner()
     report = runner.invoke(main, ["compare", str(_capture("cnn_t1")), "-o", str(tmp_path / "r")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,17 @@ from simhpc.costs.calibration_file import Calibration, host_specs, host_warnings
 from simhpc.costs.far_points import cores_during
 from simhpc.costs.model import CostModel
 from simhpc.errors import SimhpcError
-from simhpc.hardware.host import detect_host
+from simhpc.hardware.host import committed_calibrations, detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
-from simhpc.trace.compare import HEAP_GROWTH, Comparison, compare_trace, default_blas, percent_error
+from simhpc.trace.compare import (
+    HEAP_GROWTH,
+    SPEED_RATIO_BOUNDS,
+    Comparison,
+    compare_trace,
+    default_blas,
+    percent_error,
+)
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
@@ -86,6 +94,24 @@ _THREADS_FROM = {
     "inferred": " (the trace does not record its thread count: the one whose predictions fit its large products "
                 "best; give --threads to set it)",
 }
+
+
+def speed_warning(comparison: Comparison, cal: Calibration) -> str | None:
+    """Why the trace's large products (:attr:`~simhpc.trace.compare.Comparison.product_speed_ratio`)
+    say the calibration may describe another machine, naming the other committed calibrations of
+    this kind of machine (guests alike in every fact the OS shows ran 1.3x apart); None where they
+    do not."""
+    ratio = comparison.product_speed_ratio
+    low, high = SPEED_RATIO_BOUNDS
+    if ratio is None or low <= ratio <= high:
+        return None
+    others = [os.path.relpath(path) for path in committed_calibrations()
+              if path.resolve() != Path(cal.source).resolve()]
+    return (f"the trace's {len(comparison.large_products())} products of 0.5 ms or more took {ratio:.2f}x their "
+            f"predicted time (median): {cal.source} may describe a {'slower' if ratio < 1 else 'faster'} "
+            "machine than the one that ran it (another model or clock)"
+            + (f"; committed calibrations of this kind of machine: {', '.join(others)} (--calibration)"
+               if others else "; calibrate on that machine"))
 
 
 def _distance_note(cores: str, estimated: int, threads: int) -> str:
@@ -430,6 +456,9 @@ def command(
         skipped = _reasons(comparison.skipped_events)
         raise CompareError(f"{measured}: nothing to compare, no op of positive duration"
                            + (f" (events skipped: {skipped})" if skipped else ""))
+    speed = speed_warning(comparison, cal)
+    if speed is not None:
+        warn(speed)
     summary = comparison.summary(worst)
     summary["calibration"] = cal.source
     summary["blas"] = chosen

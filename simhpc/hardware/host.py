@@ -397,6 +397,12 @@ def _likeness(measured: HostFacts, here: HostFacts) -> tuple[bool, bool, bool, b
             measured.cpu_model == here.cpu_model, measured.cores == here.cores, -apart)
 
 
+def committed_calibrations(facts: HostFacts | None = None) -> list[Path]:
+    """The committed calibrations of this kind of machine (:meth:`HostFacts.same_machine`)."""
+    here = facts or detect_host()
+    return [path for path, measured, _ in _committed_hosts() if measured.same_machine(here)]
+
+
 def default_calibration(facts: HostFacts | None = None) -> Path:
     """The calibration used where none is named: the file ``$SIMHPC_CALIBRATION`` names, else the
     committed calibration of this kind of machine (:meth:`HostFacts.same_machine`; of several, the

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from simhpc.costs.kernels import FrameworkOp, Kernel
+from simhpc.costs.kernels import FrameworkOp, Gemm, Kernel
 from simhpc.costs.model import CostModel, Device
 from simhpc.costs.op_arguments import OpKernel
 from simhpc.costs.opmap import kernel_for
@@ -57,6 +57,14 @@ is at most this share of its duration; above it the op does work of its own
 (``aten::mkldnn_rnn_layer`` before it was modelled: its only children are allocations) and is
 listed as not modelled instead of being dropped. The share is taken over every call of the same
 op with the same shapes, so that timing noise does not split identical calls."""
+LARGE_PRODUCT_S = 0.5e-3
+"""Measured self time from which a BLAS product counts in :attr:`Comparison.product_speed_ratio`."""
+LARGE_PRODUCTS = 5
+"""Products of that size a trace needs for the ratio."""
+SPEED_RATIO_BOUNDS = (0.83, 1.2)
+"""Outside these, ``simhpc compare`` warns that the calibration may describe another machine: the
+committed captures' ratios against their own calibrations lie within 0.86-1.19 (but the Zen 4's
+2-thread LeNet, 1.25), the two Zen 5 guests' against each other's 0.72-0.81 and 1.28-1.39."""
 OTHER_DTYPE = ("ops a step timed from another dtype's points of their op, by bytes (no points of their own "
                "dtype, e.g. bf16 pooling: a 16-bit loop can be several times slower per byte)")
 """The :attr:`Comparison.notes` key counting such ops."""
@@ -190,6 +198,23 @@ class Comparison:
         ranked = sorted(self.with_kernels(), key=lambda p: (-abs(p.predicted_s - p.measured_s), p.op.index))
         return ranked[:count]
 
+    def large_products(self) -> list[OpPrediction]:
+        """The BLAS products of :data:`LARGE_PRODUCT_S` or more, measured: bound by arithmetic, they
+        take their loop time within a few percent in a step (the calibration's cold charges are
+        1-3 % of them), so their median ratio to the prediction tells the machine's speed."""
+        return [p for p in self.predictions if isinstance(p.kernel, Gemm) and not p.kernel.conv
+                and p.measured_s >= LARGE_PRODUCT_S and p.predicted_s > 0]
+
+    @property
+    def product_speed_ratio(self) -> float | None:
+        """The median of measured over predicted time of :meth:`large_products`; None with fewer
+        than :data:`LARGE_PRODUCTS` of them. Far from 1, the trace ran on a faster or slower machine
+        than the calibration describes (a Zen 5 guest at 4.5 GHz against one at 3.75: 0.7-0.8)."""
+        large = self.large_products()
+        if len(large) < LARGE_PRODUCTS:
+            return None
+        return statistics.median(p.measured_s / p.predicted_s for p in large)
+
     def summary(self, worst: int = 10) -> dict[str, Any]:
         """The machine-readable report (``simhpc compare --json``)."""
         gemm = self.kinds.get("gemm", {})
@@ -214,6 +239,7 @@ class Comparison:
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
+            "product_speed_ratio": self.product_speed_ratio,
             "gemm_repeat_mape_pct": gemm.get("repeat_mape_pct"),
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
