@@ -2,11 +2,13 @@
 
 Calibrates this machine, captures the four models at 1 and 2 threads right after, compares every
 capture with that calibration and prints the table and whether each meets the targets (step-time
-error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part, the cores' round trip
-around each capture, the fresh pages a step ``compare`` charged beside the page faults the capture
-counted, and ``simhpc compare``'s warning where a 2-thread capture's cores were over twice
-as far apart as the calibration's, or the other way round. Exits 1 when a
-capture misses a target, 2 when a part fails. About 4.5 minutes on the 2-core reference machines.
+error and GEMM MAPE at most 15 %, the issue's), with the wall time of each part, the median ratio of
+the large products' measured to predicted time (how far the host's speed moved between calibrating and
+capturing: ``Comparison.product_speed_ratio``), the cores' round trip around each capture, the fresh
+pages a step ``compare`` charged beside the page faults the capture counted, and ``simhpc compare``'s
+warning where a 2-thread capture's cores were over twice as far apart as the calibration's, or the
+other way round. Exits 1 when a capture misses a target, 2 when a part fails. About 4.5 minutes on
+the 2-core reference machines.
 
     .venv/bin/python validation/traces/fresh_check.py [--out DIR] [--repeat 3] [--target 15]
 
@@ -68,6 +70,10 @@ def _faults(result: Comparison) -> str:
     return f"{result.fresh_pages_per_step:.0f} / " + ("-" if counted is None else f"{counted:.0f}")
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} %"
 
@@ -87,8 +93,9 @@ def main() -> None:
                                        "--repeat", str(args.repeat)])
     cal = load_calibration(calibration)
     lines = ["| capture | threads | measured step | predicted step | step error | GEMM MAPE | GEMM repeats "
-             "| cores' round trip | fresh pages / page faults a step | meets target |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| large products, measured / predicted | cores' round trip | fresh pages / page faults a step "
+             "| meets target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     misses = 0
     calibration_trip, far = calibration_round_trip(cal), []
     for path, threads, _, result, trace in compare_captures(cal, sorted(captures.glob("*.json.gz"))):
@@ -102,7 +109,8 @@ def main() -> None:
         misses += not meets
         lines.append(f"| {path.name.split('.')[0]} | {threads} | {result.measured_step_s * 1e3:.1f} ms | "
                      f"{result.predicted_step_s * 1e3:.1f} ms | {step:+.1f} % | {_pct(mape)} | "
-                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_trips(trips)} | {_faults(result)} | "
+                     f"{_pct(gemm.get('repeat_mape_pct'))} | {_ratio(result.product_speed_ratio)} | "
+                     f"{_trips(trips)} | {_faults(result)} | "
                      f"{'yes' if meets else 'no'} |")
     lines.append(f"\n{cal.host.cpu_model}: calibrate {calibrate_s:.0f} s, captures {capture_s:.0f} s; "
                  f"{len(lines) - 2 - misses} of {len(lines) - 2} captures within {args.target:g} %"
