@@ -23,6 +23,7 @@ from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import (
     HEAP_GROWTH,
+    LARGE_PRODUCT_S,
     SPEED_RATIO_BOUNDS,
     Comparison,
     compare_trace,
@@ -107,9 +108,9 @@ def speed_warning(comparison: Comparison, cal: Calibration) -> str | None:
         return None
     others = [os.path.relpath(path) for path in committed_calibrations()
               if path.resolve() != Path(cal.source).resolve()]
-    return (f"the trace's {len(comparison.large_products())} products of 0.5 ms or more took {ratio:.2f}x their "
-            f"predicted time (median): {cal.source} may describe a {'slower' if ratio < 1 else 'faster'} "
-            "machine than the one that ran it (another model or clock)"
+    return (f"the trace's {len(comparison.large_products())} products of {LARGE_PRODUCT_S * 1e3:g} ms or more "
+            f"took {ratio:.2f}x their predicted time (median): {cal.source} may describe a "
+            f"{'slower' if ratio < 1 else 'faster'} machine than the one that ran it (another model or clock)"
             + (f"; committed calibrations of this kind of machine: {', '.join(others)} (--calibration)"
                if others else "; calibrate on that machine"))
 
