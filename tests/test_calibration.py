@@ -1060,6 +1060,31 @@ def test_microbench_retakes_go_by_how_far_over_the_reference_they_read(monkeypat
     assert [row["time_s"] for row in result["kernels"]["framework"]] == [1.4, 0.9, 0.9, 0.9, 1.0]
 
 
+def test_microbench_reference_of_a_faster_guest_is_scaled_by_the_run_s_median_ratio() -> None:
+    """A reference measured on a guest 1.3x faster (two Zen 5 guests alike in all the OS shows):
+    the points of a section 1.3x their reference are this machine's speed, not slow spells; only the
+    one at 1.8x (1.38x the section's median ratio) is measured again, and the summary gives the scale."""
+    from simhpc.costs.benchsuite import load_submodule
+    from simhpc.costs.calibration_merge import row_identity
+
+    runner = load_submodule("runner")
+    names = [f"p{i}" for i in range(runner.SCALE_MIN_POINTS + 5)]
+    first = {name: 1.3 for name in names} | {"p3": 1.8}
+    order: list[str] = []
+
+    def point(name: str) -> dict:
+        order.append(name)
+        return {"op": name, "time_s": first[name] if order.count(name) == 1 else 1.3}
+
+    reference = {row_identity({"op": name}): 1.0 for name in names}
+    tasks = [runner.Task("framework", name, lambda name=name: point(name)) for name in names]
+    result = runner.run(tasks, reference=lambda section, row: reference.get(row_identity(row)))
+    assert order == [*names, "p3"]
+    assert result["probes"]["slower than reference"] == {
+        "threshold": runner.SLOWER_THAN_REFERENCE, "points": 1, "retaken": 1, "kept_slow": 0,
+        "scaled": {"framework": 1.3}}
+
+
 def test_microbench_past_its_deadline_no_retake_is_probed(monkeypatch) -> None:
     """Once the deadline has passed no repeat fits, so none is probed either: the probes before
     hundreds of far retakes, each deferred up to three times, took calibrate 4-5 s past its
@@ -1330,6 +1355,11 @@ def test_calibrate_warns_when_many_points_stay_slower_than_the_reference(capsys:
     assert "warning: 51 of 1000 points are kept over 1.15x their time in epyc-zen4.json" in capsys.readouterr().err
     _echo_reference({}, 1000)  # no reference: nothing printed
     assert capsys.readouterr().out == ""
+    scaled = probe(3)
+    scaled["slower than reference"]["scaled"] = {"framework": 1.3, "gemm": 1.25}
+    _echo_reference(scaled, 1000)
+    assert ("in epyc-zen4.json (its times scaled by this run's median ratio to them: framework 1.3, gemm 1.25): "
+            in capsys.readouterr().out)
 
 
 def test_calibrate_warns_when_the_cores_round_trip_moved(capsys: pytest.CaptureFixture[str]) -> None:

@@ -250,7 +250,10 @@ def _echo_reference(probes: dict, points: int) -> None:
     slow = probes.get("slower than reference")
     if not slow:
         return
-    click.echo(f"{slow['points']} points over {slow['threshold']}x their time in {slow['reference']}: "
+    scaled = slow.get("scaled") or {}
+    scale = (" (its times scaled by this run's median ratio to them: "
+             + ", ".join(f"{section} {ratio:g}" for section, ratio in scaled.items()) + ")") if scaled else ""
+    click.echo(f"{slow['points']} points over {slow['threshold']}x their time in {slow['reference']}{scale}: "
                f"{slow['retaken']} measured again, {slow['kept_slow']} kept over it")
     if slow["kept_slow"] > KEPT_SLOW_WARNING * points:
         click.echo(f"warning: {slow['kept_slow']} of {points} points are kept over {slow['threshold']}x their time "

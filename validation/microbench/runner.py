@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -312,6 +313,9 @@ run on this kind of machine) is measured again after the first round, the faster
 guest a single run measured 5-14 % of its 1-thread points this much slower than the same point's
 median over 25 runs, in spells of seconds that the L1 probe and the cores' round trip do not see
 (``validation/README.md``, session 37)."""
+SCALE_MIN_POINTS = 20
+"""First-round points a section needs with a reference point for its median ratio to the reference
+to scale the threshold (:func:`_retakes`)."""
 REFERENCE_RETAKE_MAX_S = 1.0
 """A point whose first measurement took longer than this is not measured again for being slow: the
 seconds are worth more to many short points."""
@@ -340,20 +344,35 @@ def _first_round_end(tasks: list[Task]) -> int:
 
 
 def _retakes(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dict[str, float],
-             reference: Reference | None, flagged: set[str]) -> tuple[list[Task], list[tuple[Task, float]]]:
-    """The points to measure again after the first round, in order, and those of them measured again
-    only for being slower than the reference, with its time.
+             reference: Reference | None,
+             flagged: set[str]) -> tuple[list[Task], list[tuple[Task, float]], dict[str, float]]:
+    """The points to measure again after the first round, in order, those of them measured again
+    only for being slower than the reference, with its (scaled) time, and the scale of each section.
 
     Without a reference: the ``flagged`` points (cores far apart, shared core) in measuring order.
     With one: first every point over :data:`SLOWER_THAN_REFERENCE` times its reference time, flagged
     or not (an unflagged one only if quick enough to repeat), the slowest relative to it first;
-    then the flagged points the reference does not show slow."""
+    then the flagged points the reference does not show slow. The reference time is scaled by the
+    median ratio of the section's points to theirs (with :data:`SCALE_MIN_POINTS` of them or more):
+    a reference of a guest alike in all the OS shows may run at another clock (two Zen 5 guests,
+    3.75 and 4.5 GHz), and a slower one would otherwise find most of its points slow."""
     ratios: dict[str, float] = {}
     slow_only = []
+    expected_of: dict[str, float] = {}
+    by_section: dict[str, list[float]] = {}
     for task in first_round:
         row = rows.get(task.label)
         expected = reference(task.section, row) if reference is not None and row is not None else None
-        if not expected or _seconds(row) <= SLOWER_THAN_REFERENCE * expected:
+        if expected:
+            expected_of[task.label] = expected
+            by_section.setdefault(task.section, []).append(_seconds(row) / expected)
+    scale = {section: statistics.median(found) if len(found) >= SCALE_MIN_POINTS else 1.0
+             for section, found in by_section.items()}
+    for task in first_round:
+        if task.label not in expected_of:
+            continue
+        row, expected = rows[task.label], expected_of[task.label] * scale[task.section]
+        if _seconds(row) <= SLOWER_THAN_REFERENCE * expected:
             continue
         if task.label in flagged or took.get(task.label, 0.0) <= REFERENCE_RETAKE_MAX_S:
             ratios[task.label] = _seconds(row) / expected
@@ -361,15 +380,18 @@ def _retakes(first_round: list[Task], rows: dict[str, dict[str, Any]], took: dic
                 slow_only.append((task, expected))
     over = sorted((task for task in first_round if task.label in ratios), key=lambda task: -ratios[task.label])
     rest = [task for task in first_round if task.label in flagged and task.label not in ratios]
-    return [replace(task, again=True, retake=True) for task in over + rest], slow_only
+    return [replace(task, again=True, retake=True) for task in over + rest], slow_only, scale
 
 
 def _reference_summary(suspects: list[tuple[Task, float]], rows: dict[str, dict[str, Any]],
-                       retaken: int) -> dict[str, Any]:
+                       retaken: int, scale: dict[str, float]) -> dict[str, Any]:
     """The ``slower than reference`` entry of the calibration's probes: how many first-round points
-    read over the threshold, how many were measured again in time, and how many are kept over it."""
+    read over the threshold, how many were measured again in time, how many are kept over it, and
+    the sections whose reference times were scaled (``scaled``: section -> median ratio)."""
     still = sum(_seconds(rows[task.label]) > SLOWER_THAN_REFERENCE * expected for task, expected in suspects)
-    return {"threshold": SLOWER_THAN_REFERENCE, "points": len(suspects), "retaken": retaken, "kept_slow": still}
+    scaled = {section: round(ratio, 3) for section, ratio in sorted(scale.items()) if ratio != 1.0}
+    return {"threshold": SLOWER_THAN_REFERENCE, "points": len(suspects), "retaken": retaken, "kept_slow": still,
+            **({"scaled": scaled} if scaled else {})}
 
 
 def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float | None = None,
@@ -462,7 +484,7 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
     first_round_s = time.perf_counter() - start
     far = set(peers.slow_labels()) if peers is not None else set()
     shared = set(watch.retake_labels()) if watch is not None else set()
-    order, suspects = _retakes(first_round, first, took, reference, far | shared)
+    order, suspects, scale = _retakes(first_round, first, took, reference, far | shared)
     slow = {task.label for task, _ in suspects}
     waiting = deque((task, 0) for task in order)
     planned = deque(task for task in tasks[boundary:] if task.again and task.label not in far | shared | slow)
@@ -496,6 +518,6 @@ def run(tasks: list[Task], progress: Progress | None = None, deadline_s: float |
         kept = [row["round_trip_s"] for rows in kernels.values() for row in rows if "round_trip_s" in row]
         probes["round trip before points"] = peers.summary(counts["far"], kept)
     if reference is not None:
-        probes["slower than reference"] = _reference_summary(suspects, first, counts["slow"])
+        probes["slower than reference"] = _reference_summary(suspects, first, counts["slow"], scale)
     return {"kernels": kernels, "probes": probes, "repeats_skipped": counts["skipped"],
             "first_round_s": first_round_s}
