@@ -275,7 +275,8 @@ def test_a_plain_scripts_capture_is_charged_from_its_memory_events(tmp_path: Pat
     result = CliRunner().invoke(main, ["compare", str(out), "--threads", "1", "--json", "-o", str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["first_touch_basis"] == "memory events" and summary["ops_modelled"] > 0.95 * summary["ops_total"]
+    assert summary["first_touch_basis"].startswith("memory events")
+    assert summary["ops_modelled"] > 0.95 * summary["ops_total"]
 
 
 def test_a_plain_capture_without_memory_events_is_charged_its_steps_largest_heap_blocks(
@@ -324,6 +325,30 @@ def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> Non
     charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
     assert charged == [0.0, pytest.approx((pages + 1) * PER_PAGE_S)]  # it starts 128 bytes into a page
     assert comparison.heap_faults_if_fresh_s == pytest.approx(pages * PER_PAGE_S / 2)
+
+
+def test_a_plain_trace_s_largest_heap_block_is_fresh_after_its_first_step_though_its_events_reuse_it() -> None:
+    """A plain trace's 12.8 MB block at the same address in both steps: its events show the second
+    step's on pages the first covered, but glibc may have given them back (a trim) in between, so a
+    step's largest heap block is charged as fresh after the first step; a trace whose allocator is
+    recorded (``capture.py``: freed memory kept) is charged by its events alone."""
+    small = [16, 64, 56, 56]
+    nbytes = 16 * 64 * 56 * 56 * 4
+    relu = [_op("aten::clamp_min", ts, 9_000, [small, []], ["float", "Scalar"], ["", "0"]) for ts in (1_000, 101_000)]
+    memory = [_memory(1_100, HEAP + 128, nbytes), _memory(9_500, HEAP + 128, -nbytes),
+              _memory(101_100, HEAP + 128, nbytes)]
+    comparison = _compare([*relu, *memory])
+    charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
+    assert charged == [0.0, pytest.approx(-(-nbytes // PAGE) * PER_PAGE_S)]
+    assert comparison.first_touch_basis == "memory events and heap growth"
+    steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
+              "cat": "user_annotation"} for n in (2, 3)]
+    kept = parse_trace({"traceEvents": [*steps, *relu, *memory], "simhpc_capture": {"heap_end": HEAP + (64 << 20)}},
+                       "kept.json")
+    efficiency = _calibration()
+    recorded = compare_trace(kept, CostModel(efficiency), host_specs(efficiency.calibration)[0], 1)
+    assert [p.first_touch_s for p in recorded.predictions if p.op.name == "aten::clamp_min"] == [0.0, 0.0]
+    assert recorded.first_touch_basis == "memory events"
 
 
 def test_the_report_says_when_a_profiled_trace_has_no_allocation_events(tmp_path: Path) -> None:

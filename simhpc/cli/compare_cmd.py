@@ -22,6 +22,7 @@ from simhpc.hardware.host import committed_calibrations, detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import (
+    EVENTS_AND_HEAP_GROWTH,
     HEAP_GROWTH,
     LARGE_PRODUCT_S,
     SPEED_RATIO_BOUNDS,
@@ -175,9 +176,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     grown = comparison.first_touch_basis == HEAP_GROWTH
     if comparison.first_touch_step_s > 0:
         fresh = sum(1 for p in comparison.predictions if p.first_touch_s > 0)
-        if comparison.first_touch_basis == "memory events":
+        if comparison.first_touch_basis in ("memory events", EVENTS_AND_HEAP_GROWTH):
             why = ("into pages no earlier allocation of the trace covered, by its memory events: the heap's "
                    "growth and the blocks malloc maps on its own (in the ops' predictions)")
+            if comparison.first_touch_basis == EVENTS_AND_HEAP_GROWTH:
+                why += ("; or, where more, each profiled step's blocks of its largest heap size (1 to 32 MiB), "
+                        "which glibc's heap trims put on pages given back to the system, as the events do not show")
         else:
             why = ("tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' predictions; a large "
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
