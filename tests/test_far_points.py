@@ -87,6 +87,19 @@ def test_no_far_point_is_estimated_past_its_thread_count_s_speed_up() -> None:
     assert _two_thread(estimated, shape) == pytest.approx(_single_s(*shape) / 2, rel=1e-9)
 
 
+@pytest.mark.parametrize("shape", [(1, 1024, 1024), (1024, 1, 256)])
+def test_a_matrix_vector_product_read_far_keeps_its_one_thread_time(shape: tuple[int, int, int]) -> None:
+    """BLAS runs a matrix-vector product on one thread: the cores' distance does not move it, and
+    the speed-up of the group's products (near 2x for large ones) is not its."""
+    one = 1e-9 * shape[0] * shape[1] * shape[2] / 20
+    rows = [*_rows({}), _row(*shape, 1, one), _row(*shape, 2, 0.95 * one, FAR)]
+    estimated, count = at_distance(rows, FAR_RATIO * NEAR, "near", "rbf", 0.3)
+    assert count == 0
+    assert _two_thread(estimated, shape) == 0.95 * one
+    with_near_vectors = [*rows, _row(1, 256, 256, 1, 3e-6), _row(1, 256, 256, 2, 3e-6, NEAR)]
+    assert at_distance(with_near_vectors, FAR_RATIO * NEAR, "near", "rbf", 0.3)[0] == with_near_vectors
+
+
 def test_a_far_point_faster_than_its_estimate_and_too_few_near_points_keep_what_was_measured() -> None:
     shape = (256, 256, 256)
     near_s = _single_s(*shape) / _speed_up(*shape)

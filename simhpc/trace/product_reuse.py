@@ -79,10 +79,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes
+from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes, vector_side
 from simhpc.costs.model import CostModel
 from simhpc.costs.op_arguments import is_shape
-from simhpc.costs.product_surfaces import vector_side
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.framework_costs import private_cache
 
