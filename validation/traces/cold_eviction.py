@@ -16,27 +16,17 @@ everything else.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
+from idle_decay import median_us  # this folder's idle_decay.py (the script's folder is on sys.path)
 from torch import nn
 
 FILLS_MIB = (8, 16, 24, 32, 48, 64, 128)
 PAGES = (1024, 4096, 16384)
 PAGE_FLOATS = 1024  # 4 KiB of fp32
-
-
-def after(product: Callable[[], object], before: Callable[[], object], calls: int) -> float:
-    """Median microseconds of ``product`` called once right after ``before``, ``calls`` times."""
-    times = []
-    for _ in range(calls):
-        before()
-        start = time.perf_counter_ns()
-        product()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1e3
 
 
 def small_ops(x: torch.Tensor) -> None:
@@ -84,7 +74,8 @@ def main() -> None:
     work = befores()
     print("product | " + " | ".join(work))
     for name, (x, w) in products.items():
-        timings = [after(lambda x=x, w=w: nn.functional.linear(x, w), before, args.calls) for before in work.values()]
+        product = partial(nn.functional.linear, x, w)
+        timings = [median_us(product, before, args.calls) for before in work.values()]
         print(f"{name} | " + " | ".join(f"{t:.1f}" for t in timings), flush=True)
 
 

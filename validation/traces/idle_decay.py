@@ -27,7 +27,8 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _median_us(kernel: Callable[[], object], before: Callable[[], object], calls: int = 21) -> float:
+def median_us(kernel: Callable[[], object], before: Callable[[], object], calls: int = 21) -> float:
+    """Median microseconds of ``kernel`` called once right after ``before``, ``calls`` times."""
     samples = []
     for _ in range(calls):
         before()
@@ -57,7 +58,7 @@ def main() -> None:
                     kernel()
             print(f"{threads} thread(s)     " + "".join(f"{name:>22}" for name in kernels))
             for what, call in before.items():
-                row = "".join(f"{_median_us(kernel, call):>19.1f} us" for kernel in kernels.values())
+                row = "".join(f"{median_us(kernel, call):>19.1f} us" for kernel in kernels.values())
                 print(f"  after {what:<16}{row}")
 
 
