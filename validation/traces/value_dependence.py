@@ -11,8 +11,8 @@ faults), and prints the medians (ms) and each against the random operand's time.
 On the Zen 5 guest (session 44, ``validation/README.md``) torch's ``sqrt`` took 1.06 ms over random
 values, 5.0 over zeros or mostly zeros and 33 over subnormals (the same ratios on 2 threads);
 numpy's ``sqrt`` 0.8 ms over random values and zeros, 2.1 over subnormals; ``exp``, ``rsqrt`` and
-``div`` 2-3x slower over subnormals only. A plain recommender's trace misses by -35 % mostly for this: its AdamW
-``sqrt`` over the embedding's second moment.
+``div`` 2-3x slower over subnormals only. A plain recommender's trace misses by -35 % mostly for
+this: its AdamW ``sqrt`` over the embedding's second moment.
 
     .venv/bin/python validation/traces/value_dependence.py [--threads 1] [--calls 15]
 """
@@ -55,7 +55,7 @@ def kernels(x: torch.Tensor, out: torch.Tensor) -> dict[str, Callable[[], object
         "torch.div (scalar)": lambda: torch.div(x, 1.1, out=out),
         "torch.mul (scalar)": lambda: torch.mul(x, 0.999, out=out),
         "torch.exp": lambda: torch.exp(x, out=out),
-        "torch.addcdiv": lambda: torch.addcdiv(other, other, x + 1e-8, value=-1e-3, out=out),
+        "torch.addcdiv": lambda: torch.addcdiv(other, x, other, value=-1e-3, out=out),  # x as the numerator
         "numpy.sqrt": lambda: np.sqrt(array, out=array_out),
     }
 
