@@ -203,6 +203,42 @@ def test_compare_times_products_in_the_state_the_capture_read(tmp_path: Path, ro
     assert json.loads(result.stdout)["cores"] == cores
 
 
+def test_cores_option_sets_the_state_a_trace_does_not_record(tmp_path: Path) -> None:
+    """A 2-thread trace without round trips is timed with the cores near, and its report says how to
+    time it far apart; ``--cores far`` does, with the far points of a calibration that read both
+    (on the Zen 5 guest at 4.5 GHz a 64 x 512 x 512 product took longer far apart), and overrides
+    what a capture recorded."""
+    from click.testing import CliRunner
+
+    from simhpc.cli.main import main
+    from tests.test_fresh_memory import _op
+
+    calibration = Path(COMMITTED_CALIBRATION).parent / "epyc-zen5-4.5ghz.json"
+    step = {"ph": "X", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 20_000, "cat": "user_annotation"}
+    trace = {"traceEvents": [step, _op("aten::mm", 100, 500, [[64, 512], [512, 512]])], "num_threads": 2}
+    path = tmp_path / "mm.json"
+    path.write_text(json.dumps(trace))
+
+    def compare(*options: str) -> tuple[dict, str]:
+        args = ["compare", str(path), "--calibration", str(calibration), "-o", str(tmp_path / "out"), *options]
+        text = CliRunner().invoke(main, args)
+        result = CliRunner().invoke(main, [*args, "--json"])
+        assert result.exit_code == 0 and text.exit_code == 0, result.output
+        return json.loads(result.stdout), " ".join(text.output.split())
+
+    near, said = compare()
+    assert (near["cores"], near["cores_from"]) == ("near", "default")
+    assert "--cores far times them far apart" in said
+    far, said = compare("--cores", "far")
+    assert (far["cores"], far["cores_from"]) == ("far", "option")
+    assert "the cores far apart, as --cores says" in said
+    assert far["predicted_total_s"] > near["predicted_total_s"]
+    trace["simhpc_capture"] = {"peer_round_trip_s": [330e-9, 340e-9]}
+    path.write_text(json.dumps(trace))
+    assert compare()[0]["cores"] == "far"
+    assert compare("--cores", "near")[0]["cores"] == "near"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_report_names_the_cores_state_only_for_a_multi_thread_trace(tmp_path: Path, threads: int) -> None:
     """A 1-thread trace is timed from 1-thread points: its report does not say in which state the

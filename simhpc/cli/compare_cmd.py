@@ -116,17 +116,20 @@ def speed_warning(comparison: Comparison, cal: Calibration) -> str | None:
                if others else "; calibrate on that machine"))
 
 
-def _distance_note(cores: str, estimated: int, threads: int) -> str:
+def _distance_note(cores: str, cores_from: str, estimated: int, threads: int) -> str:
     """What the report's first line says of the products measured in the other state of the cores
     (nothing for a 1-thread trace, timed from 1-thread points)."""
     if threads <= 1:
         return ""
     if cores == "far":
-        return (f" (the cores far apart, as the capture read them: {estimated} multi-thread ones measured near "
+        told = "as the capture read them" if cores_from == "capture" else "as --cores says"
+        return (f" (the cores far apart, {told}: {estimated} multi-thread ones measured near "
                 "taken at their far speed-up)")
     if not estimated:
         return ""
-    return f" ({estimated} multi-thread ones measured with the cores far apart taken at their near speed-up)"
+    unknown = ("; the trace does not record where its threads ran: --cores far times them far apart"
+               if cores_from == "default" else "")
+    return f" ({estimated} multi-thread ones measured with the cores far apart taken at their near speed-up{unknown})"
 
 
 def _steps(summary: dict[str, Any]) -> str:
@@ -148,7 +151,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
         f"GEMMs predicted from the {summary['blas']} BLAS points"
-        + _distance_note(summary["cores"], summary["distance_estimated_products"], comparison.threads)
+        + _distance_note(summary["cores"], summary["cores_from"], summary["distance_estimated_products"],
+                         comparison.threads)
     )
     what = "step time" if summary["steps"] else "time from the first op to the last"
     console.print(
@@ -348,6 +352,14 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
     help="Memory-bound ops no faster than from DRAM (cold: operands of a framework op inside a step) or at "
     "the cache-warm rates of repeated calls (warm).",
 )
+@click.option(
+    "--cores",
+    type=click.Choice(["near", "far"]),
+    default=None,
+    help="Where the trace's threads ran: on cores near each other or far apart (default: as the round trips "
+    "the capture recorded say, else near). Cloud guests' vCPUs are moved between the two for minutes at a "
+    "time; only validation/traces/capture.py records which.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON object only.")
 @click.option(
     "-o",
@@ -365,6 +377,7 @@ def command(
     threads: int | None,
     blas: str | None,
     cache: str,
+    cores: str | None,
     as_json: bool,
     outdir: Path | None,
     worst: int,
@@ -379,7 +392,7 @@ def command(
     stem = measured.name.removesuffix(".gz").removesuffix(".json")
     if against is not None:
         given = [name for name, value in (("--calibration", calibration), ("--threads", threads),
-                                          ("--blas", blas)) if value is not None]
+                                          ("--blas", blas), ("--cores", cores)) if value is not None]
         if given:
             raise CompareError(f"{given[0]} sets how ops are predicted; --against aligns two traces as "
                                "they are and predicts nothing")
@@ -444,7 +457,8 @@ def command(
             f"(it has: {', '.join(backends)}); re-run 'simhpc calibrate' where that BLAS is installed"
         )
     capture_round_trips_s, calibration_round_trip_s = capture_round_trips(trace), calibration_round_trip(cal)
-    cores = cores_during(capture_round_trips_s, cal)
+    cores_from = "option" if cores else "capture" if capture_round_trips_s else "default"
+    cores = cores or cores_during(capture_round_trips_s, cal)
     model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache, cores=cores))
     if threads_from == "host":
         inferred = infer_threads(trace, model, cpu, calibrated_thread_counts(cal))
@@ -468,6 +482,7 @@ def command(
     summary["calibration"] = cal.source
     summary["blas"] = chosen
     summary["cores"] = cores
+    summary["cores_from"] = cores_from
     summary["distance_estimated_products"] = model.efficiency.products.distance_estimated
     summary["cache"] = cache
     summary["threads_from"] = threads_from
