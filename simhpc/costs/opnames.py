@@ -19,6 +19,8 @@ counted and listed by ``compare``).
 
 from __future__ import annotations
 
+import functools
+
 
 def names(text: str) -> frozenset[str]:
     """A set of op names written as whitespace-separated words."""
@@ -155,12 +157,14 @@ INTEGER_TYPES = frozenset(("long int", "int", "short int", "signed char", "unsig
 """The integer ``Input type`` names (no BLAS multiplies them)."""
 
 
+@functools.lru_cache(maxsize=4096)
 def in_place(name: str) -> bool:
     """Whether ``name`` is an in-place op's (``aten::add_``; not a dunder such as ``__and__``)."""
     short = name.rsplit("::", 1)[-1]
     return short.endswith("_") and not short.endswith("__")
 
 
+@functools.lru_cache(maxsize=4096)
 def base_name(name: str) -> str:
     """``aten::add_`` -> ``add``: namespace and in-place underscore removed (``__and__`` kept)."""
     short = name.rsplit("::", 1)[-1]

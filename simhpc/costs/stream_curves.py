@@ -174,6 +174,13 @@ class StreamCurves:
         self._transposes = {key: grid for key, points in blocks.items() if (grid := grid_2d(points))}
         """(set conflicts, threads) -> seconds per byte of a batched transpose over its blocks'
         (rows, length)."""
+        counts: dict[tuple[str, ...], list[int]] = defaultdict(list)
+        for section, op, dtype, threads in sorted(self._curves, key=lambda k: (k[:3], int(k[3]))):
+            counts[(section, op, dtype)].append(int(threads))
+        self._thread_counts = dict(counts)
+        """(section, op, dtype) -> the thread counts of its curves, in order."""
+        self._times: dict[tuple[str, str, str, float, float, int], float | None] = {}
+        """:meth:`curve_time`'s answers by its arguments."""
         self._cold = {k[0] for k in self._curves if k[1].endswith(COLD)}
         self._framework_ops = {k[1] for k in self._curves if k[0] == "framework"}
         """Ops with torch points of their own: with ``blas="torch"`` (a torch trace) a traced
@@ -335,12 +342,19 @@ class StreamCurves:
         self, section: str, op: str, dtype: str, working: float, amount: float, threads: int
     ) -> float | None:
         """Seconds of ``amount`` on the measured curve of (section, op, dtype) at ``working`` bytes."""
+        key = (section, op, dtype, working, amount, threads)
+        if key not in self._times:  # a trace asks the same ops' times step after step
+            self._times[key] = self._curve_time(section, op, dtype, working, amount, threads)
+        return self._times[key]
+
+    def _curve_time(
+        self, section: str, op: str, dtype: str, working: float, amount: float, threads: int
+    ) -> float | None:
         curve = self._curve_of(section, op, dtype)
         if curve is None:
             return None
         op, dtype = curve
-        counts = sorted(int(k[3]) for k in self._curves if k[:3] == (section, op, dtype))
-        blend = thread_blend(counts, threads)
+        blend = thread_blend(self._thread_counts[(section, op, dtype)], threads)
         smallest = min(self._smallest[(section, op, dtype, str(t))] for t, _ in blend)
         floor = 0.0
         if section in AT_SMALLEST_RATE and working < smallest:
