@@ -22,8 +22,6 @@ each state's calls here run in a row.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from idle_decay import median_us  # this folder's idle_decay.py (the script's folder is on sys.path)
@@ -59,15 +57,9 @@ def main() -> None:
         for name, call in calls.items():
             for _ in range(50):
                 call()
-            loop = statistics.median(_timed(call) for _ in range(300)) * 1e6
+            loop = median_us(call, lambda: None, 300)
             after = [median_us(call, before, args.calls) for before in states.values()]
             print(f"{name:24s}{loop:9.1f}" + "".join(f"{value:21.1f} ({value - loop:+6.1f})" for value in after))
-
-
-def _timed(call) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 if __name__ == "__main__":
