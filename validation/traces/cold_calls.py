@@ -14,7 +14,7 @@ the operands' read; ``log_softmax`` over 64 x 10 +1.4 / +16-26 / +11 us; the ``a
 after the fill and the read against +35-44 us for a ``mm`` into an output. The calibration's cold
 points time C kernels, and its dispatch probe view ops after 16 MiB; an ATen op's code is larger
 and leaves the caches to traffic on the scale of the L3. The states' order moves these figures:
-each state's calls here run in a row.
+each state's calls here run in a row, and a run half an hour later read half these extras.
 
     .venv/bin/python validation/traces/cold_calls.py [--threads 1 2] [--calls 21]
 """
