@@ -35,8 +35,10 @@ Skipped without torch.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import tempfile
+from collections.abc import Callable
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
@@ -218,3 +220,109 @@ def measure_transition(what: str, width: int, layers: int = TRAINING_LAYERS) -> 
     return {"library": "torch", "what": what, "threads": 1, "width": width, "layers": layers, **work,
             "time_s": statistics.median(values), "spread_s": (quartiles[2] - quartiles[0]) / 2,
             "samples": len(values)}
+
+
+EVICTED_CALLS = 40
+"""Probe calls of :func:`measure_evicted_call`, each after a training step of ``_evicting_step``."""
+EVICTING_FILL_BYTES = 128 << 20
+"""Filled in each evicting step after the network's: past the last-level cache of the machines
+simhpc is calibrated on (32 MiB on the EPYC guests), whatever the network moved."""
+
+
+def _evicting_step() -> Callable[[], None]:
+    """A training step of a small CNN (two 3 x 3 convolutions, ReLU, max pooling, a mean over
+    the image, cross-entropy, SGD) and a fill of ``EVICTING_FILL_BYTES``: its own code and data,
+    as the rest of a real training step runs between two calls of a once-a-step op."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
+    images, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 64, (32,))
+    fill = torch.empty(EVICTING_FILL_BYTES // 4)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(net(images).mean((2, 3)), labels).backward()
+        optimizer.step()
+        fill.fill_(1.0)
+
+    return step
+
+
+def _probe() -> Callable[[], None]:
+    """The ops timed by :func:`measure_evicted_call`: a tiny linear layer whose weight needs its
+    gradient (``linear``, ``t``, ``addmm`` and the bias's ``expand`` and ``copy_``) and three tiny
+    elementwise ops and a sum on its output, all on 8 x 8 tensors, so that a call's time is its
+    code's and not its data's."""
+    import torch
+    from torch import nn
+
+    x, weight, bias = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True), torch.randn(8)
+
+    def probe() -> None:
+        y = nn.functional.linear(x, weight, bias)
+        torch.sigmoid(torch.tanh(y).exp()).sum()
+
+    return probe
+
+
+@cache
+def _probe_self_times(evict: bool) -> tuple[list[str], list[list[float]], set[str]]:
+    """(the probe's ops by name, in call order; per op, its self times over the calls; the names
+    of the ops run outside the probe) of ``EVICTED_CALLS`` profiled probe calls, each after an
+    evicting step (``evict``) or right after the one before."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from simhpc.trace.readers import read_trace
+    from simhpc.trace.step_ops import FRAMEWORK_KINDS
+
+    probe = _probe()
+    evicting = _evicting_step() if evict else (lambda: None)
+    with torch_threads(1):
+        for _ in range(3):
+            evicting()
+            probe()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(EVICTED_CALLS):
+                evicting()
+                with torch.profiler.record_function("probe"):
+                    probe()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "evicted.json"
+            prof.export_chrome_trace(str(path))
+            trace = read_trace(path)
+    windows = sorted((op.start, op.end) for op in trace.ops if op.name == "probe")
+    starts = [start for start, _ in windows]
+    calls: list[list[object]] = [[] for _ in windows]
+    outside: set[str] = set()
+    for op in sorted((op for op in trace.ops if op.kind in FRAMEWORK_KINDS), key=lambda op: (op.start, op.index)):
+        window = bisect.bisect_right(starts, op.start) - 1
+        if window >= 0 and op.start < windows[window][1]:
+            calls[window].append(op)
+        else:
+            outside.add(op.name)
+    names = [op.name for op in calls[0]]
+    same = [call for call in calls if [op.name for op in call] == names]
+    return names, [[call[i].self_time for call in same] for i in range(len(names))], outside
+
+
+def measure_evicted_call() -> dict:
+    """``evicted_call``: what an ATen call whose code a training step evicted takes over the same
+    call repeated (its self time: its dispatch, autograd's bookkeeping, the profiler's record and
+    the start of its kernel): the mean over the probe's ops of their median differences, with
+    their spread (half the IQR of the differences) and the ops it was taken over (``probe_ops``:
+    those the evicting step did not run too, whose code it did not evict)."""
+    names, cold, outside = _probe_self_times(True)
+    warm_names, warm, _ = _probe_self_times(False)
+    if names != warm_names:
+        raise RuntimeError(f"the probe ran {names} after an evicting step, {warm_names} in a row")
+    kept = [i for i, name in enumerate(names) if name not in outside]
+    extras = [statistics.median(cold[i]) - statistics.median(warm[i]) for i in kept]
+    quartiles = statistics.quantiles(extras, n=4) if len(extras) > 1 else [0.0, 0.0, 0.0]
+    return {"library": "torch", "what": "evicted_call", "threads": 1, "time_s": max(0.0, statistics.mean(extras)),
+            "spread_s": (quartiles[2] - quartiles[0]) / 2, "samples": len(cold[0]) if cold else 0,
+            "probe_ops": [names[i] for i in kept]}

@@ -33,7 +33,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 34
+SUITE_VERSION = 35
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -135,6 +135,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
     if framework.available():
         for what in dispatch.WHAT:
             tasks.append(Task("dispatch", f"dispatch {what}", partial(dispatch.measure_dispatch, what)))
+        tasks.append(Task("dispatch", "dispatch evicted_call", dispatch.measure_evicted_call))
         loops = [(width, dispatch.TRAINING_LAYERS) for width in dispatch.TRAINING_WIDTHS]
         loops += [(min(dispatch.TRAINING_WIDTHS), layers) for layers in dispatch.TRAINING_DEPTHS]
         for width, layers in loops:
