@@ -874,23 +874,24 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     ("epyc-zen5", "resnetish_t1"): (10.5, 47.9),
     ("epyc-zen5", "resnetish_t2"): (9.8, 28.2),
     # a Zen 5 guest alike in every fact the OS shows, at 4.5 GHz (the one above ran at 3.75); cnn224 at 2 threads
-    # paid 5 us a fresh page in its steps (1.1 us at 1 thread, 0.5 us in the calibration's 2-thread probe)
-    ("epyc-zen5-4.5ghz", "cnn_t1"): (-3.7, 13.7),
-    ("epyc-zen5-4.5ghz", "cnn_t2"): (-0.1, 17.9),
-    ("epyc-zen5-4.5ghz", "mlp_t1"): (-3.7, 3.7),
-    ("epyc-zen5-4.5ghz", "mlp_t2"): (-1.3, 3.4),
-    ("epyc-zen5-4.5ghz", "transformer_flash_t1"): (-1.5, 3.3),
-    ("epyc-zen5-4.5ghz", "transformer_flash_t2"): (0.1, 8.4),
-    ("epyc-zen5-4.5ghz", "transformer_t1"): (-4.3, 5.2),
-    ("epyc-zen5-4.5ghz", "transformer_t2"): (-9.0, 7.5),
+    # paid 5 us a fresh page in its steps (1.1 us at 1 thread, 0.5 us in the calibration's 2-thread probe);
+    # suite 35's evicted_call added in session 46 (extend.py)
+    ("epyc-zen5-4.5ghz", "cnn_t1"): (-2.1, 7.9),
+    ("epyc-zen5-4.5ghz", "cnn_t2"): (2.9, 18.9),
+    ("epyc-zen5-4.5ghz", "mlp_t1"): (-3.2, 3.6),
+    ("epyc-zen5-4.5ghz", "mlp_t2"): (-0.3, 3.4),
+    ("epyc-zen5-4.5ghz", "transformer_flash_t1"): (-0.4, 3.3),
+    ("epyc-zen5-4.5ghz", "transformer_flash_t2"): (2.0, 8.5),
+    ("epyc-zen5-4.5ghz", "transformer_t1"): (-3.0, 5.1),
+    ("epyc-zen5-4.5ghz", "transformer_t2"): (-7.1, 7.4),
     ("epyc-zen5-4.5ghz", "mlp_bf16_t1"): (-6.7, 6.9),
     ("epyc-zen5-4.5ghz", "mlp_bf16_t2"): (13.9, 24.0),
-    ("epyc-zen5-4.5ghz", "cnn224_t1"): (-12.2, 52.9),
-    ("epyc-zen5-4.5ghz", "cnn224_t2"): (-49.8, 54.5),
-    ("epyc-zen5-4.5ghz", "lstm_t1"): (-8.9, 49.6),
-    ("epyc-zen5-4.5ghz", "lstm_t2"): (-2.4, 39.0),
-    ("epyc-zen5-4.5ghz", "lenet_t1"): (-1.6, 19.5),
-    ("epyc-zen5-4.5ghz", "lenet_t2"): (-5.6, 17.6),
+    ("epyc-zen5-4.5ghz", "cnn224_t1"): (-11.8, 25.3),
+    ("epyc-zen5-4.5ghz", "cnn224_t2"): (-49.5, 23.1),
+    ("epyc-zen5-4.5ghz", "lstm_t1"): (-6.5, 29.1),
+    ("epyc-zen5-4.5ghz", "lstm_t2"): (1.9, 24.1),
+    ("epyc-zen5-4.5ghz", "lenet_t1"): (-0.6, 18.7),
+    ("epyc-zen5-4.5ghz", "lenet_t2"): (-3.9, 18.7),
     ("epyc-zen5-4.5ghz", "resnetish_t1"): (-9.1, 35.2),
     ("epyc-zen5-4.5ghz", "resnetish_t2"): (-10.5, 41.3),
     # the EPYC Zen 4 guest (AVX-512 with native bf16): one calibrate run (suite 20, every 2-thread torch
@@ -936,7 +937,7 @@ MISSES = {  # captures that miss the target, and why (measured; see validation/R
     ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen5", "cnn_t1"): "GEMM MAPE 16 %: " + _TINY,
-    ("epyc-zen5-4.5ghz", "cnn_t2"): "GEMM MAPE 18 %: " + _TINY,
+    ("epyc-zen5-4.5ghz", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen5", "transformer_t2"): "GEMM MAPE 15.9 %, counted op by op: some steps' products took up to 2x "
                                      "the same product's median over the ten steps (the VM's speed at 2 threads "
                                      "moves within seconds); against those medians the MAPE is 8.1 %",

@@ -210,6 +210,13 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             f"the trace's {convolutions} NCHW convolutions (in their predictions: the calibration's loops found "
             "their images in cache, a training step's other traffic leaves them in memory)"
         )
+    if comparison.evicted_code_step_s > 0:
+        evicted = sum(1 for p in comparison.predictions if p.evicted_code_s > 0) / max(1, comparison.steps)
+        console.print(
+            f"evicted code: {format_time(comparison.evicted_code_step_s)} a step, {evicted:.0f} ops a step whose "
+            "code the data touched since their last call evicted from the last-level cache (the calibration's "
+            "evicted_call each)"
+        )
     exposed = comparison.heap_faults_if_fresh_s
     if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:
         console.print(

@@ -26,6 +26,7 @@ from simhpc.costs.opmap import kernel_for
 from simhpc.costs.opnames import COMPOSITE, UNCOVERED, base_name
 from simhpc.trace.allocations import BlockHistory
 from simhpc.trace.conv_activations import charge_convolutions
+from simhpc.trace.evicted_code import charge_evicted_code
 from simhpc.trace.framework_costs import cost_after, subtree_footprint
 from simhpc.trace.fresh_memory import allocator_recorded, fresh_writes, heap_writes, largest_heap_writes
 from simhpc.trace.fresh_pages import PAGE_BYTES, capture_page_faults, fresh_writes_from_events
@@ -91,6 +92,9 @@ class OpPrediction:
     activations_s: float = 0.0
     """Of ``predicted_s``: a convolution's activations fetched from memory
     (:mod:`simhpc.trace.conv_activations`)."""
+    evicted_code_s: float = 0.0
+    """Of ``predicted_s``: its code fetched again after the step evicted it
+    (:mod:`simhpc.trace.evicted_code`)."""
 
     @property
     def error_pct(self) -> float | None:
@@ -182,6 +186,12 @@ class Comparison:
         return sum(p.activations_s for p in self.predictions) / max(1, self.steps)
 
     @property
+    def evicted_code_step_s(self) -> float:
+        """Predicted time per step of ops' code fetched again after the step evicted it (part of
+        ``predicted_step_s``: :mod:`simhpc.trace.evicted_code`)."""
+        return sum(p.evicted_code_s for p in self.predictions) / max(1, self.steps)
+
+    @property
     def ops_total(self) -> int:
         return len(self.predictions)
 
@@ -236,6 +246,7 @@ class Comparison:
             "fresh_pages_per_step": self.fresh_pages_per_step,
             "capture_page_faults_per_step": self.capture_page_faults_per_step,
             "conv_activations_s": self.activations_step_s,
+            "evicted_code_s": self.evicted_code_step_s,
             "call_gaps_s": self.call_gaps_s,
             "heap_faults_if_fresh_s": self.heap_faults_if_fresh_s,
             "gemm_mape_pct": gemm.get("mape_pct"),
@@ -322,6 +333,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
     charge_streams(predictions, model, threads)
     charge_convolutions(predictions, model, threads)
     _add_first_touch(trace, predictions, model, threads)
+    charge_evicted_code(predictions, model)
     return predictions
 
 

@@ -1,0 +1,60 @@
+"""An op whose code the step evicted pays the calibration's ``evicted_call`` (simhpc.trace.evicted_code)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simhpc.costs.calibration_file import host_specs
+from simhpc.costs.model import CostModel
+from simhpc.trace.compare import compare_trace
+from simhpc.trace.readers import parse_trace
+from tests.test_compare import _cpu_op, _with_dispatch
+
+WARM, EVICTED = 1e-6, 15e-6
+COSTS = [{"what": "no_kernel_op", "threads": 1, "time_s": WARM},
+         {"what": "evicted_call", "threads": 1, "time_s": EVICTED}]
+
+
+def _charges(events: list[dict], rows: list[dict] = COSTS) -> list[tuple[str, float, float]]:
+    """(name, its evicted-code charge, its prediction) of each op of a compare of ``events``, in
+    time order."""
+    efficiency = _with_dispatch(rows)
+    cpu, _ = host_specs(efficiency.calibration)
+    result = compare_trace(parse_trace({"traceEvents": events}, "evicted"), CostModel(efficiency), cpu, 1)
+    ordered = sorted(result.predictions, key=lambda p: p.op.start)
+    return [(p.op.name, p.evicted_code_s, p.predicted_s) for p in ordered]
+
+
+def _sweep(ts: int, tensors: int, side: int, distinct: bool) -> list[dict]:
+    """``tensors`` relus over ``side`` x ``side`` floats: each of another shape (``distinct``), or
+    all of the same one (the same tensor read again)."""
+    return [_cpu_op("aten::relu", ts + 10 * i, [[side + (i if distinct else 0), side]]) for i in range(tensors)]
+
+
+def test_an_op_pays_its_evicted_code_only_after_distinct_bytes_past_the_last_level_cache() -> None:
+    """A tiny op called again after relus over distinct tensors of twice the last-level cache
+    pays ``evicted_call`` over its prediction; after relus moving as much over one tensor that
+    fits in it, nothing; the relus themselves call each other back to back and pay nothing."""
+    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
+    side = 1024
+    tensors = int(2 * llc / (4 * side * side)) + 1
+    for distinct in (True, False):
+        events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *_sweep(100, tensors, side, distinct),
+                  _cpu_op("aten::tanh", 100 + 10 * tensors, [[8, 8]])]
+        ops = _charges(events)
+        # the first tanh follows the second as the trace repeats: nothing between them
+        assert [charge for name, charge, _ in ops if name == "aten::tanh"] == [0.0, EVICTED if distinct else 0.0]
+        assert {charge for name, charge, _ in ops if name == "aten::relu"} == {0.0}
+
+
+def test_a_kernel_free_op_whose_code_was_evicted_costs_its_warm_dispatch_and_the_evicted_call() -> None:
+    """A view called once a trace that touches distinct bytes past the last-level cache costs the
+    warm ``no_kernel_op`` plus ``evicted_call``; without the point, the charge is never made."""
+    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
+    side = 1024
+    tensors = int(2 * llc / (4 * side * side)) + 1
+    events = [*_sweep(0, tensors, side, True), _cpu_op("aten::view", 10 * tensors, [[8, 8], []])]
+    name, charge, predicted = _charges(events)[-1]
+    assert name == "aten::view"
+    assert (charge, predicted) == (pytest.approx(EVICTED), pytest.approx(WARM + EVICTED))
+    assert {charge for _, charge, _ in _charges(events, COSTS[:1])} == {0.0}
