@@ -58,3 +58,20 @@ def test_a_kernel_free_op_whose_code_was_evicted_costs_its_warm_dispatch_and_the
     assert name == "aten::view"
     assert (charge, predicted) == (pytest.approx(EVICTED), pytest.approx(WARM + EVICTED))
     assert {charge for _, charge, _ in _charges(events, COSTS[:1])} == {0.0}
+
+
+def test_tensors_of_one_shape_count_as_distinct_where_the_allocator_placed_them_apart() -> None:
+    """Relus over one shape touch one tensor as far as the shapes tell; with the trace's memory
+    events, each writing its output into a block of its own (a network's activations, all kept for
+    its backward), they touch as many: past the last-level cache, the tiny op after them pays."""
+    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
+    side = 1024
+    tensors = int(2 * llc / (4 * side * side)) + 1
+    relus = _sweep(100, tensors, side, distinct=False)
+    events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *relus, _cpu_op("aten::tanh", 100 + 10 * tensors, [[8, 8]])]
+    blocks = [{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": relu["ts"] + 1, "s": "t",
+               "args": {"Addr": (1 << 32) + i * (8 << 20), "Bytes": 4 * side * side, "Device Type": 0}}
+              for i, relu in enumerate(relus)]
+    for memory, charged in (([], 0.0), (blocks, EVICTED)):
+        ops = _charges(events + memory)
+        assert [charge for name, charge, _ in ops if name == "aten::tanh"] == [0.0, charged]

@@ -333,7 +333,7 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
     charge_streams(predictions, model, threads)
     charge_convolutions(predictions, model, threads)
     _add_first_touch(trace, predictions, model, threads)
-    charge_evicted_code(predictions, model)
+    charge_evicted_code(predictions, model, trace.memory)
     return predictions
 
 
