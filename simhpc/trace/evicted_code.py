@@ -6,7 +6,7 @@ loss, the optimizer's set-up) finds that code gone when the data the step touche
 last call is past the last-level cache: it is fetched from memory again, with the branch
 predictors' and the TLBs' state. The calibration's ``evicted_call`` point
 (``validation/microbench/dispatch.py``) is its cost per call, measured on tiny ops each run once
-after a CNN's training step and a fill of 128 MiB: 14-15 us per call on the EPYC Zen 5 guest
+after a CNN's training step and a fill of 128 MiB: 10-15 us per call on the EPYC Zen 5 guest
 against about 1 us repeated (a tiny ``addmm`` 58 us against 2). In the fresh checks' CNN
 captures the classifier's ``addmm`` takes 30-40 us over its loop time (``validation/README.md``).
 

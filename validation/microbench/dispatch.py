@@ -30,6 +30,11 @@ optimizer's set-up) or per autograd node (the engine's set-up): at width 64, 128
 loop, the median and a step's work as ``simhpc compare`` counts it (``step_bytes``,
 ``graph_nodes``, ``parameters``: :class:`simhpc.trace.step_ops.StepWork`).
 
+And ``evicted_call`` (:func:`measure_evicted_call`): what a tiny ATen call takes over its time in a
+loop when a training step ran since its last call, as for an op called once a step (a
+classifier's ``addmm``, the loss), whose code and predictor state the step's traffic and code
+evict from the last-level cache (``simhpc/trace/evicted_code.py`` charges it).
+
 Skipped without torch.
 """
 
@@ -315,7 +320,7 @@ def measure_evicted_call() -> dict:
     call repeated (its self time: its dispatch, autograd's bookkeeping, the profiler's record and
     the start of its kernel): the mean over the probe's ops of their median differences, with
     their spread (half the IQR of the differences) and the ops it was taken over (``probe_ops``:
-    those the evicting step did not run too, whose code it did not evict)."""
+    those the evicting step does not run too; the others' code it leaves in cache)."""
     names, cold, outside = _probe_self_times(True)
     warm_names, warm, _ = _probe_self_times(False)
     if names != warm_names:
