@@ -11,6 +11,8 @@ from simhpc.trace.readers import parse_trace
 from tests.test_compare import _cpu_op, _with_dispatch
 
 WARM, EVICTED = 1e-6, 15e-6
+SIDE = 1024
+"""The relus' tensors are ``SIDE`` x ``SIDE`` floats (4 MiB)."""
 COSTS = [{"what": "no_kernel_op", "threads": 1, "time_s": WARM},
          {"what": "evicted_call", "threads": 1, "time_s": EVICTED}]
 
@@ -25,22 +27,20 @@ def _charges(events: list[dict], rows: list[dict] = COSTS) -> list[tuple[str, fl
     return [(p.op.name, p.evicted_code_s, p.predicted_s) for p in ordered]
 
 
-def _sweep(ts: int, tensors: int, side: int, distinct: bool) -> list[dict]:
-    """``tensors`` relus over ``side`` x ``side`` floats: each of another shape (``distinct``), or
-    all of the same one (the same tensor read again)."""
-    return [_cpu_op("aten::relu", ts + 10 * i, [[side + (i if distinct else 0), side]]) for i in range(tensors)]
+def _sweep(ts: int, distinct: bool) -> list[dict]:
+    """Relus over twice the calibration's last-level cache of tensors of ``SIDE`` x ``SIDE`` floats,
+    each of another shape (``distinct``), or all of the same one (the same tensor read again)."""
+    tensors = int(2 * _with_dispatch(COSTS).calibration.host.last_level_cache / (4 * SIDE * SIDE)) + 1
+    return [_cpu_op("aten::relu", ts + 10 * i, [[SIDE + (i if distinct else 0), SIDE]]) for i in range(tensors)]
 
 
 def test_an_op_pays_its_evicted_code_only_after_distinct_bytes_past_the_last_level_cache() -> None:
     """A tiny op called again after relus over distinct tensors of twice the last-level cache
     pays ``evicted_call`` over its prediction; after relus moving as much over one tensor that
     fits in it, nothing; the relus themselves call each other back to back and pay nothing."""
-    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
-    side = 1024
-    tensors = int(2 * llc / (4 * side * side)) + 1
     for distinct in (True, False):
-        events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *_sweep(100, tensors, side, distinct),
-                  _cpu_op("aten::tanh", 100 + 10 * tensors, [[8, 8]])]
+        relus = _sweep(100, distinct)
+        events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *relus, _cpu_op("aten::tanh", relus[-1]["ts"] + 10, [[8, 8]])]
         ops = _charges(events)
         # the first tanh follows the second as the trace repeats: nothing between them
         assert [charge for name, charge, _ in ops if name == "aten::tanh"] == [0.0, EVICTED if distinct else 0.0]
@@ -50,10 +50,8 @@ def test_an_op_pays_its_evicted_code_only_after_distinct_bytes_past_the_last_lev
 def test_a_kernel_free_op_whose_code_was_evicted_costs_its_warm_dispatch_and_the_evicted_call() -> None:
     """A view called once a trace that touches distinct bytes past the last-level cache costs the
     warm ``no_kernel_op`` plus ``evicted_call``; without the point, the charge is never made."""
-    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
-    side = 1024
-    tensors = int(2 * llc / (4 * side * side)) + 1
-    events = [*_sweep(0, tensors, side, True), _cpu_op("aten::view", 10 * tensors, [[8, 8], []])]
+    relus = _sweep(0, distinct=True)
+    events = [*relus, _cpu_op("aten::view", relus[-1]["ts"] + 10, [[8, 8], []])]
     name, charge, predicted = _charges(events)[-1]
     assert name == "aten::view"
     assert (charge, predicted) == (pytest.approx(EVICTED), pytest.approx(WARM + EVICTED))
@@ -64,13 +62,10 @@ def test_tensors_of_one_shape_count_as_distinct_where_the_allocator_placed_them_
     """Relus over one shape touch one tensor as far as the shapes tell; with the trace's memory
     events, each writing its output into a block of its own (a network's activations, all kept for
     its backward), they touch as many: past the last-level cache, the tiny op after them pays."""
-    llc = _with_dispatch(COSTS).calibration.host.last_level_cache
-    side = 1024
-    tensors = int(2 * llc / (4 * side * side)) + 1
-    relus = _sweep(100, tensors, side, distinct=False)
-    events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *relus, _cpu_op("aten::tanh", 100 + 10 * tensors, [[8, 8]])]
+    relus = _sweep(100, distinct=False)
+    events = [_cpu_op("aten::tanh", 0, [[8, 8]]), *relus, _cpu_op("aten::tanh", relus[-1]["ts"] + 10, [[8, 8]])]
     blocks = [{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": relu["ts"] + 1, "s": "t",
-               "args": {"Addr": (1 << 32) + i * (8 << 20), "Bytes": 4 * side * side, "Device Type": 0}}
+               "args": {"Addr": (1 << 32) + i * (8 << 20), "Bytes": 4 * SIDE * SIDE, "Device Type": 0}}
               for i, relu in enumerate(relus)]
     for memory, charged in (([], 0.0), (blocks, EVICTED)):
         ops = _charges(events + memory)
