@@ -31,16 +31,9 @@ from typing import Any
 
 from simhpc.costs.kernels import Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
-from simhpc.costs.op_arguments import is_shape
 from simhpc.costs.opnames import base_name
-from simhpc.trace.framework_costs import overhead_of
+from simhpc.trace.framework_costs import last_level_cache, overhead_of, tensor_bytes
 from simhpc.trace.readers import MemoryEvent
-
-
-def last_level_cache(model: CostModel) -> float:
-    """The calibrated host's last-level cache in bytes (infinite without a calibration)."""
-    calibration = getattr(model.efficiency, "calibration", None)
-    return float(calibration.host.last_level_cache) if calibration is not None else math.inf
 
 
 def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Sequence[MemoryEvent] = ()) -> None:
@@ -83,15 +76,13 @@ def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Se
 
 def _tensors(op: Any, kernel: Kernel | None) -> list[tuple[Any, float]]:
     """(key, bytes) of the tensors an op with ``kernel`` touches: one per input shape and element
-    width, times the inputs of that shape; an op without shapes, its kernel's bytes under a key of
-    its own. A kernel-free op touches nothing."""
+    width (:func:`~simhpc.trace.framework_costs.tensor_bytes`); an op without shapes, its kernel's
+    bytes under a key of its own. A kernel-free op touches nothing."""
     if kernel is None:
         return []
-    shapes = [tuple(s) for s in op.shapes if s and is_shape(s)]
-    if not shapes:
-        return [((op.index,), kernel.bytes())]
     width = dtype_bytes(kernel.dtype)
-    return [((shape, width), shapes.count(shape) * math.prod(shape) * width) for shape in set(shapes)]
+    return [((shape, width), nbytes) for shape, nbytes in tensor_bytes(op, kernel).items()] or [
+        ((op.index,), kernel.bytes())]
 
 
 class _RecentTensors:

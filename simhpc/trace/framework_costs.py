@@ -45,6 +45,20 @@ def cost_after(model: CostModel, what: str, moved: float) -> float:
     return overhead(what)
 
 
+def last_level_cache(model: CostModel) -> float:
+    """Bytes of the calibrated host's last-level cache (infinite without a calibration)."""
+    calibration = getattr(model.efficiency, "calibration", None)
+    return float(calibration.host.last_level_cache) if calibration is not None else math.inf
+
+
+def tensor_bytes(op: OpRecord, kernel: Kernel) -> dict[tuple[int, ...], float]:
+    """Per input shape of ``op`` (carrying ``kernel``), the bytes of its inputs of that shape at
+    the kernel's element width; empty for an op without recorded shapes."""
+    shapes = [tuple(s) for s in op.shapes if s and is_shape(s)]
+    width = dtype_bytes(kernel.dtype)
+    return {shape: shapes.count(shape) * math.prod(shape) * width for shape in set(shapes)}
+
+
 class Footprint:
     """Bytes of distinct tensors a run of ops touched: per tensor shape, as many of that shape as
     one op read. A temporary freed moments before comes back at the same address from the
@@ -57,11 +71,10 @@ class Footprint:
 
     def add(self, op: OpRecord, kernel: Kernel) -> None:
         """Count what ``op`` (carrying ``kernel``) touched."""
-        shapes = [tuple(s) for s in op.shapes if s and is_shape(s)]
-        if not shapes:
+        tensors = tensor_bytes(op, kernel)
+        if not tensors:
             self._loose += kernel.bytes()
-        for shape in set(shapes):
-            nbytes = shapes.count(shape) * math.prod(shape) * dtype_bytes(kernel.dtype)
+        for shape, nbytes in tensors.items():
             self._shapes[shape] = max(self._shapes.get(shape, 0.0), nbytes)
 
     @property
