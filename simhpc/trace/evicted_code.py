@@ -49,7 +49,7 @@ def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Se
     ordered = sorted((p for p in predictions if p.modelled), key=lambda p: (p.op.start, p.op.index))
     tensors = [_tensors(p.op, p.kernel) for p in ordered]
     allocations = [event for event in memory if event.size > 0]
-    allocated_by = [bisect.bisect_left(allocations, p.op.start, key=lambda e: e.time) for p in ordered]
+    allocated_by = [bisect.bisect_left(allocations, p.op.start, key=lambda e: e.time) for p in ordered]  # rising
     by_shape, by_block = _RecentTensors(2 * len(ordered)), _RecentTensors(2 * len(ordered))
     last_call: dict[str, tuple[int, float]] = {}  # name -> (when, the bytes moved by then)
     moved = 0.0  # an upper bound of the distinct bytes, cheap to test first
@@ -60,7 +60,7 @@ def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Se
             for event in allocations[applied:allocated_by[position]]:
                 by_block.touch(event.address, event.size, when)
                 moved += event.size
-            applied = max(applied, allocated_by[position])
+            applied = allocated_by[position]
             name = base_name(prediction.op.name)
             before = last_call.get(name)
             if (lap and before is not None and moved - before[1] > cache
