@@ -1,0 +1,43 @@
+"""``validation/traces/heap_trims.py``: the program break it reads and its per-step rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TRACES = Path(__file__).resolve().parents[1] / "validation" / "traces"
+
+
+@pytest.fixture
+def heap_trims(monkeypatch: pytest.MonkeyPatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(TRACES))
+    sys.modules.pop("heap_trims", None)
+    import heap_trims
+
+    return heap_trims
+
+
+def _heap_end() -> int | None:
+    """The end of the ``[heap]`` mapping in ``/proc/self/maps`` (None where there is none)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith("[heap]"):
+            return int(line.split()[0].split("-")[1], 16)
+    return None
+
+
+def test_the_program_break_is_the_heaps_end(heap_trims) -> None:
+    """``sbrk(0)`` read through ctypes is the full 64-bit address where the ``[heap]`` mapping ends."""
+    end = _heap_end()
+    if end is None:
+        pytest.skip("no [heap] mapping in /proc/self/maps")
+    brk = heap_trims.program_break()()
+    assert end - 4096 < brk <= end
+
+
+def test_each_step_gives_the_breaks_change_and_its_page_faults(heap_trims) -> None:
+    rows = heap_trims.run("mlp_b1", 1, profiled=False)
+    assert len(rows) == heap_trims.STEPS
+    assert all(isinstance(grown, int) and isinstance(faults, int) and faults >= 0 for grown, faults in rows)
