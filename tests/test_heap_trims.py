@@ -20,20 +20,22 @@ def heap_trims(monkeypatch: pytest.MonkeyPatch):
     return heap_trims
 
 
-def _heap_end() -> int | None:
-    """The end of the ``[heap]`` mapping in ``/proc/self/maps`` (None where there is none)."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        if line.endswith("[heap]"):
-            return int(line.split()[0].split("-")[1], 16)
-    return None
+def _heap_end(maps: str) -> int | None:
+    """The end of the ``[heap]`` mappings in the text of ``/proc/self/maps`` (None where there are none:
+    the kernel may split the heap into several)."""
+    ends = [int(line.split()[0].split("-")[1], 16) for line in maps.splitlines() if line.endswith("[heap]")]
+    return max(ends, default=None)
 
 
 def test_the_program_break_is_the_heaps_end(heap_trims) -> None:
-    """``sbrk(0)`` read through ctypes is the full 64-bit address where the ``[heap]`` mapping ends."""
-    end = _heap_end()
+    """``sbrk(0)`` read through ctypes is the full 64-bit address where the ``[heap]`` mapping ends
+    (the maps are read first, the break right after, before anything else allocates)."""
+    program_break = heap_trims.program_break()
+    maps = Path("/proc/self/maps").read_text()
+    brk = program_break()
+    end = _heap_end(maps)
     if end is None:
         pytest.skip("no [heap] mapping in /proc/self/maps")
-    brk = heap_trims.program_break()()
     assert end - 4096 < brk <= end
 
 
