@@ -12,12 +12,14 @@ TRACES = Path(__file__).resolve().parents[1] / "validation" / "traces"
 
 @pytest.fixture
 def heap_trims(monkeypatch: pytest.MonkeyPatch):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(TRACES))
     sys.modules.pop("heap_trims", None)
     import heap_trims
 
-    return heap_trims
+    threads = torch.get_num_threads()
+    yield heap_trims
+    torch.set_num_threads(threads)  # run() sets the loop's own
 
 
 def _heap_end(maps: str) -> int | None:
