@@ -5,7 +5,8 @@ profiled as ``plain_capture.py`` profiles it and without the profiler.
 A heap page that glibc's trim returned is mapped afresh, and faulted, when the heap grows over it
 again, at the same address: a trace's memory events show where each block lands but not whether
 the pages under it were given back in between. The break at the step's ends shows the net growth;
-page faults beyond it are pages trimmed and grown again within the step. On the Zen 5 guest
+page faults beyond it are pages trimmed and grown again within the step, or blocks malloc mapped
+on its own (those over its mmap threshold). On the Zen 5 guest
 (session 47) the ``unet`` model at 2 threads, profiled, grew its break 8 MiB a step and faulted
 32 MiB (oneDNN's 8 MiB blocks at the heap's top, trimmed each backward), at 1 thread it grew 16
 MiB and faulted 16 MiB (no trim); unprofiled, both trimmed every step.
@@ -74,8 +75,8 @@ def main() -> None:
     mode = "unprofiled" if args.unprofiled else "profiled"
     print(f"{args.model}, {args.threads} thread(s), {mode}: per step, the program break's change (KiB) and page faults")
     for number, (grown, faults) in enumerate(rows):
-        trimmed = max(0, faults * 4 - max(grown, 0))  # KiB faulted beyond the net growth (4 KiB pages)
-        print(f"step {number:2d}: break {grown:+8d} KiB, {faults:6d} page faults ({trimmed} KiB beyond the growth)")
+        beyond = max(0, faults * 4 - max(grown, 0))  # KiB faulted beyond the net growth (4 KiB pages)
+        print(f"step {number:2d}: break {grown:+8d} KiB, {faults:6d} page faults ({beyond} KiB beyond the growth)")
 
 
 if __name__ == "__main__":
