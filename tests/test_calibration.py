@@ -2030,6 +2030,18 @@ def test_effective_cache_is_what_the_pointer_chase_reads_fast() -> None:
     assert without.effective_cache_bytes() == 16 << 20
 
 
+def test_a_line_from_the_last_level_cache_costs_its_latency_share_of_memory() -> None:
+    """The chase's median latency past the private caches and within the effective cache, over the
+    memory latency: a tenth or so on the EPYC guests; 1 (memory's cost) without such points."""
+    zen2 = load_calibration(COMMITTED.with_name("epyc-zen2.json"))
+    held = sorted(row["latency_s"] for row in zen2.rows("latency") if (512 << 10) < row["bytes"] <= 8 << 20)
+    share = zen2.last_level_latency_share(512 << 10)
+    assert 0.05 < share < 0.3 and share == held[len(held) // 2] / zen2.derived["memory_latency"]
+    assert zen2.last_level_latency_share(8 << 20) == 1.0  # nothing past the private caches is held
+    without = dataclasses.replace(zen2, data={**zen2.data, "kernels": {**zen2.data["kernels"], "latency": []}})
+    assert without.last_level_latency_share(512 << 10) == 1.0
+
+
 def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> None:
     """A calibration with ``recurrent`` points times an LSTM layer (either pass) at the measured
     time of its shape; without them, from its products and gates."""

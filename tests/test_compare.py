@@ -1378,7 +1378,8 @@ class _StepProducts:
         self.layout_shares: list[float] = []
         self.outputs: list[float] = []
         self.private_cache_bytes = 4 << 20
-        self.calibration = type("Cal", (), {"effective_cache_bytes": lambda self: cache_bytes})()
+        self.calibration = type("Cal", (), {"effective_cache_bytes": lambda self: cache_bytes,
+                                            "last_level_latency_share": lambda self, private: 0.1})()
 
     def cold_call_parts(self, threads: int) -> tuple[float, float]:
         return 30e-6, 1e-10
@@ -1546,6 +1547,33 @@ def test_a_product_of_the_layout_just_used_finds_its_kernels_warm() -> None:
     assert fourth == pytest.approx((grad_weight.bytes() + grad_input.bytes()) / (4 << 20))
     shares = [share for _, share, _ in efficiency.asked]
     assert shares[1] == pytest.approx(grad_input.bytes() / (4 << 20))  # the constant: since the last product
+
+
+def test_a_matrix_vector_product_after_one_of_its_kernel_finds_its_state_in_the_last_level_cache() -> None:
+    """Batch-1 inference: matrix-vector products in a row, each streaming its 4 MiB matrix. The
+    next one of the same kernel (layout and vector side) finds what its kernel left in the caches
+    at worst in the last-level one: it pays the private caches' share of the constant at that
+    cache's cost (0.1 of memory's here) and the last-level cache's share at memory's. A product
+    of another kernel pays by the private caches alone, as before."""
+    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.product_reuse import charge_products
+
+    gemv = Gemm(dtype="fp32", m=1, n=1024, k=1024, layout="nt")
+    other = Gemm(dtype="fp32", m=1024, n=1, k=1024, layout="nt")  # the vector on the other side
+    relu = Elementwise(dtype="fp32", n=1024, op="relu", inputs=1, outputs=1)
+    ops = [(gemv, [[1, 1024], [1024, 1024]]), (relu, [[1, 1024]]), (gemv, [[1, 1024], [1024, 1024]]),
+           (other, [[1024, 1024], [1024, 1]])]
+    predictions = [OpPrediction(OpRecord(i, "aten::op", "gemm", float(i), 0.5, "t", shapes=shapes), kernel, 1.0,
+                                0.0, True) for i, (kernel, shapes) in enumerate(ops)]
+    efficiency = _StepProducts(cache_bytes=16 << 20)
+    efficiency.private_cache_bytes = 1 << 20
+    charge_products(predictions, CostModel(efficiency), 1)  # type: ignore[arg-type]
+    first, second, third = (share for _, share, _ in efficiency.asked)
+    assert gemv.bytes() > 1 << 20 and first == 1.0
+    # brought since: the product's bytes and the relu's output (its input has the vector's size)
+    assert second == pytest.approx(0.1 * 1.0 + 0.9 * (gemv.bytes() + 1024 * 4) / (16 << 20))
+    assert third == 1.0  # another kernel: a private cache's worth evicts it
+    assert efficiency.layout_shares[1] == pytest.approx(0.1 + 0.9 * (gemv.bytes() + relu.bytes()) / (16 << 20))
 
 
 @pytest.mark.parametrize("name,written", [("aten::add_", 0), ("aten::add", 1 << 20)])

@@ -144,6 +144,14 @@ class Calibration:
         held = [row["bytes"] for row in self.rows("latency") if row["latency_s"] < latency / 2]
         return float(max(held)) if held else float(self.host.last_level_cache)
 
+    def last_level_latency_share(self, private_bytes: float) -> float:
+        """The pointer chase's median latency over working sets past ``private_bytes`` (a core's
+        private caches) and within :meth:`effective_cache_bytes`, as a share of the memory latency:
+        what a line costs from the last-level cache against from memory. 1 without such points."""
+        window = self.effective_cache_bytes()
+        held = sorted(row["latency_s"] for row in self.rows("latency") if private_bytes < row["bytes"] <= window)
+        return min(1.0, held[len(held) // 2] / self.derived["memory_latency"]) if held else 1.0
+
     def gemm_backends(self) -> list[str]:
         """GEMM backends measured (``blas`` of the GEMM rows; ``numpy`` where absent), in a fixed order."""
         found = {row.get("blas", "numpy") for row in self.rows("gemm")}
