@@ -4,7 +4,8 @@
 single call after a 128 MiB fill, over its loop time) by the bytes the ops since the previous
 product brought into its cores' private caches (``simhpc.trace.product_reuse``). This script times
 small products in a loop of single calls, each right after one of: nothing, a fill of 8-128 MiB, a
-line touched in each of 1024-16 384 pages (the TLB, not the caches), twenty different small ops,
+line touched in each of 1024-16 384 pages (the TLB, not the caches), a product streaming a 4 MiB
+matrix (matrix-vector, as a batch-1 layer's, or of 64 rows), twenty different small ops,
 a tiny backward pass, a small convolution, a 1 ms sleep. It prints each product's median time (us)
 after each. On a Zen 5 guest (session 43, ``validation/README.md``) a 1 x 10 x 1024 product paid
 +1.5 us over its loop time after 8-16 MiB, +8 after 32 MiB, +22 after 128 MiB, under 1 us after
@@ -56,6 +57,9 @@ def befores() -> dict[str, Callable[[], object]]:
     work |= {f"fill {mib} MiB": (lambda t=tensor: t.fill_(1.0)) for mib, tensor in fills.items()}
     lines = {pages: torch.arange(0, pages * PAGE_FLOATS, PAGE_FLOATS) for pages in PAGES}  # one a page
     work |= {f"{pages} pages": (lambda i=index: span.index_fill_(0, i, 1.0)) for pages, index in lines.items()}
+    matrix, row, rows = torch.randn(1024, 1024), torch.randn(1, 1024), torch.randn(64, 1024)
+    work["4 MiB gemv"] = lambda: nn.functional.linear(row, matrix)  # a batch-1 layer's product
+    work["4 MiB gemm"] = lambda: nn.functional.linear(rows, matrix)
     work["20 small ops"] = lambda: small_ops(small)
     work["tiny backward"] = lambda: torch.tanh(inputs @ weight).sum().backward()
     work["small conv"] = lambda: conv(image)
