@@ -1185,8 +1185,34 @@ def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     row = pages.measure_first_touch(1, timing.QUICK)
     assert row["pages"] * row["page_bytes"] == row["bytes"] >= 32 << 20
     assert 1e-8 < row["time_s"] / row["pages"] < 1e-4
+    small = pages.measure_first_touch(1, timing.QUICK, 512 << 10)
+    assert small["bytes"] == 512 << 10 and small["pages"] == (512 << 10) // small["page_bytes"]
+    assert 1e-8 < small["time_s"] / small["pages"] < 1e-4
     labels = [t.label for t in runner.plan(2, 32 << 20, quick=True) if t.section == "first_touch"]
-    assert labels == [f"first touch {t}t {64 << 20} B" for t in (1, 2)]
+    assert labels == [f"first touch {t}t {size} B" for t in (1, 2) for size in (512 << 10, 2 << 20, 8 << 20, 64 << 20)]
+
+
+def test_a_page_fault_costs_what_was_measured_for_buffers_of_its_size(tmp_path: Path) -> None:
+    """First-touch points of several buffer sizes: a write into fresh memory of a measured size
+    pays that size's cost a page, one between two sizes a cost interpolated in the size's
+    logarithm, one past the measured sizes the nearest's; a calibration of one size (suites before
+    36) charges every size alike."""
+    data = synthetic(threads=(1, 2))
+    data["kernels"]["first_touch"] = [
+        {"threads": t, "bytes": size, "pages": size // 4096, "page_bytes": 4096, "time_s": size // 4096 * per}
+        for t, costs in ((1, {1 << 20: 1.2e-6, 64 << 20: 1.2e-6}), (2, {1 << 20: 0.8e-6, 64 << 20: 0.5e-6}))
+        for size, per in costs.items()
+    ]
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "sizes.json", data))
+    assert efficiency.first_touch_s(1 << 20, 2) == pytest.approx(256 * 0.8e-6)
+    assert efficiency.first_touch_s(8 << 20, 2) == pytest.approx(2048 * 0.65e-6)  # halfway in log size
+    assert efficiency.first_touch_s(128 << 20, 2) == pytest.approx(32768 * 0.5e-6)
+    assert efficiency.first_touch_s(4096, 2) == pytest.approx(0.8e-6)
+    assert efficiency.first_touch_s(8 << 20, 1) == pytest.approx(2048 * 1.2e-6)
+    assert efficiency.first_touch_s(0, 2) == 0.0
+    data["kernels"]["first_touch"] = [row for row in data["kernels"]["first_touch"] if row["bytes"] == 64 << 20]
+    single = CalibratedEfficiency(tmp_calibration(tmp_path / "one.json", data))
+    assert single.first_touch_s(1 << 20, 2) == pytest.approx(256 * 0.5e-6)
 
 
 def test_microbench_first_touch_maps_private_memory_as_malloc_does(monkeypatch: pytest.MonkeyPatch) -> None:

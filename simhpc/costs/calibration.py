@@ -82,6 +82,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.cold_products import cold_product_fits, path_constants
 from simhpc.costs.interpolation import thread_blend
@@ -170,7 +172,11 @@ class CalibratedEfficiency:
         self._cold_product = cold_product_fits(cal.rows("gemm_cold"), self.blas)
         self._path_constant = {layout: path_constants(cal.rows("gemm_cold"), self.blas, layout)
                                for layout in (None, *LAYOUTS)}
-        self._page_fault_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("first_touch")}
+        faults: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for row in cal.rows("first_touch"):
+            faults[row["threads"]].append((math.log(row["bytes"]), row["time_s"] / row["pages"]))
+        self._page_fault_s = {threads: sorted(points) for threads, points in faults.items()}
+        """Per thread count: (log of the buffer's bytes, seconds a page), by size."""
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
@@ -357,10 +363,15 @@ class CalibratedEfficiency:
 
     def first_touch_s(self, nbytes: float, threads: int) -> float:
         """Seconds the page faults of a first write into ``nbytes`` of freshly mapped memory take
-        on ``threads`` cores (0 without ``first_touch`` points)."""
+        on ``threads`` cores: a page at the cost measured for buffers of that size, interpolated in
+        the size's logarithm and held past the measured ones (on several threads a smaller
+        buffer's page costs more); 0 without ``first_touch`` points."""
+        if nbytes <= 0:
+            return 0.0
         blend = thread_blend(sorted(self._page_fault_s), threads)
         pages = math.ceil(nbytes / self._page_bytes)
-        return pages * sum(w * self._page_fault_s[t] for t, w in blend)
+        size = math.log(nbytes)
+        return pages * sum(w * float(np.interp(size, *zip(*self._page_fault_s[t], strict=True))) for t, w in blend)
 
     def _kernel_time(self, kernel: Kernel, threads: int) -> float | None:
         if isinstance(kernel, Attention):
