@@ -174,9 +174,10 @@ class CalibratedEfficiency:
                                for layout in (None, *LAYOUTS)}
         faults: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for row in cal.rows("first_touch"):
-            faults[row["threads"]].append((math.log(row["bytes"]), row["time_s"] / row["pages"]))
-        self._page_fault_s = {threads: sorted(points) for threads, points in faults.items()}
-        """Per thread count: (log of the buffer's bytes, seconds a page), by size."""
+            buffer = row["pages"] * row["page_bytes"]
+            faults[row["threads"]].append((math.log(buffer), row["time_s"] / row["pages"]))
+        self._page_fault_s = {threads: np.array(sorted(points)).T for threads, points in faults.items()}
+        """Per thread count: the logarithms of the buffers' bytes, ascending, and a page's seconds in each."""
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
@@ -371,7 +372,7 @@ class CalibratedEfficiency:
         blend = thread_blend(sorted(self._page_fault_s), threads)
         pages = math.ceil(nbytes / self._page_bytes)
         size = math.log(nbytes)
-        return pages * sum(w * float(np.interp(size, *zip(*self._page_fault_s[t], strict=True))) for t, w in blend)
+        return pages * sum(w * float(np.interp(size, *self._page_fault_s[t])) for t, w in blend)
 
     def _kernel_time(self, kernel: Kernel, threads: int) -> float | None:
         if isinstance(kernel, Attention):

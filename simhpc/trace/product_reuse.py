@@ -113,10 +113,11 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
     in_step = getattr(efficiency, "product_in_step_s", None)
     if in_step is None or efficiency.cold_call_parts(threads) is None:
         return
-    private = private_cache(model) * threads  # the private caches of the product's cores
+    core_private = private_cache(model)
+    private = core_private * threads  # the private caches of the product's cores
     window = efficiency.calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
-    from_last_level = efficiency.calibration.last_level_latency_share(private_cache(model))
+    from_last_level = efficiency.calibration.last_level_latency_share(core_private)
     read: list[tuple[float, set[int], bool]] = []  # (bytes moved by an op's end, its inputs' element counts,
     # whether it ran on one thread)
     ends: list[tuple[float, float]] = []  # (when an op ended, bytes moved by then)

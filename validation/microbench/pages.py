@@ -5,11 +5,11 @@ A tensor's first write into memory the kernel has just mapped takes a page fault
 too). glibc's malloc serves every block of 32 MiB or more (its largest mmap threshold on 64-bit,
 mallopt(3)) with a fresh ``mmap`` and unmaps it when freed, so a PyTorch op whose output is that
 large pays those faults on every call. ``measure_first_touch`` times them: STREAM copy into a
-freshly mapped buffer (512 KiB to 64 MiB: suite 36), less the same copy into it once touched, per
-page. The buffer is
-private anonymous memory, as malloc maps: Python's ``mmap`` maps shared memory unless told, whose
-faults go through the shared-memory file system (on the Zen 4 guest 2.2 us a page against 1.4 us
-for a private mapping, which is what a 64 MiB ``torch.empty`` takes; suites before 31 measured that).
+freshly mapped buffer (512 KiB to 64 MiB since suite 36), less the same copy into it once touched,
+per page. The buffer is private anonymous memory, as malloc maps: Python's ``mmap`` maps shared
+memory unless told, whose faults go through the shared-memory file system (on the Zen 4 guest
+2.2 us a page against 1.4 us for a private mapping, which is what a 64 MiB ``torch.empty`` takes;
+suites before 31 measured that).
 
 ``keep_freed_memory`` turns mmap off in glibc's malloc and keeps freed memory in the heap
 (``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` 2 GiB): the microbenchmarks then time kernels, not
@@ -39,6 +39,8 @@ costs more in a smaller one: on the 2-core EPYC Zen 5 guest 0.75 us at 512 KiB a
 8 MiB, 0.59 at 64 MiB (1.2 us at every size on one thread); torch's ops writing fresh outputs of
 those sizes paid alike."""
 MAX_FIRST_TOUCH_REPEATS = 32
+"""The most samples a small buffer takes: as many as fit in 64 MiB, up to this (a 64 MiB buffer
+takes the budget's, at least five); its faults take less time and vary more."""
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # malloc.h
 KEPT_BYTES = 2**31 - 1
 """Free memory the heap keeps (mallopt takes an int)."""
