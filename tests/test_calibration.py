@@ -1192,6 +1192,19 @@ def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     assert labels == [f"first touch {t}t {size} B" for t in (1, 2) for size in (512 << 10, 2 << 20, 8 << 20, 64 << 20)]
 
 
+def test_microbench_unmapping_written_memory_costs_a_fraction_of_a_fault_per_page() -> None:
+    """Unmapping a buffer the cores wrote takes time per page (the kernel frees each one): of the
+    order of a tenth of a microsecond, on each thread count the suite measures."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    pages, timing, runner = (load_submodule(name) for name in ("pages", "timing", "runner"))
+    row = pages.measure_unmap(1, timing.QUICK, 8 << 20)
+    assert row["pages"] * row["page_bytes"] == row["bytes"] == 8 << 20
+    assert 1e-9 < row["time_s"] / row["pages"] < 1e-5
+    labels = [t.label for t in runner.plan(2, 32 << 20, quick=True) if t.section == "unmap"]
+    assert labels == [f"unmap {t}t {64 << 20} B" for t in (1, 2)]
+
+
 def test_a_page_fault_costs_what_was_measured_for_buffers_of_its_size(tmp_path: Path) -> None:
     """First-touch points of several buffer sizes: a write into fresh memory of a measured size
     pays that size's cost a page, one between two sizes a cost interpolated in the size's

@@ -178,6 +178,7 @@ class CalibratedEfficiency:
             faults[row["threads"]].append((math.log(buffer), row["time_s"] / row["pages"]))
         self._page_fault_s = {threads: np.array(sorted(points)).T for threads, points in faults.items()}
         """Per thread count: the logarithms of the buffers' bytes, ascending, and a page's seconds in each."""
+        self._unmap_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("unmap")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
@@ -373,6 +374,12 @@ class CalibratedEfficiency:
         pages = math.ceil(nbytes / self._page_bytes)
         size = math.log(nbytes)
         return pages * sum(w * float(np.interp(size, *self._page_fault_s[t])) for t, w in blend)
+
+    def unmap_s(self, nbytes: float, threads: int) -> float:
+        """Seconds unmapping ``nbytes`` of memory written on ``threads`` cores takes (glibc's
+        ``free`` of a block it mapped on its own); 0 without ``unmap`` points."""
+        blend = thread_blend(sorted(self._unmap_s), threads)
+        return math.ceil(max(0.0, nbytes) / self._page_bytes) * sum(w * self._unmap_s[t] for t, w in blend)
 
     def _kernel_time(self, kernel: Kernel, threads: int) -> float | None:
         if isinstance(kernel, Attention):

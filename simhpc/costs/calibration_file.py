@@ -83,6 +83,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "stencil": {"threads": int, "cells": int, "working_set": int, "time_s": float},
     "hash_probe": {"variant": str, "table_bytes": int, "lines_per_probe": float, "time_s": float},
     "first_touch": {"threads": int, "pages": int, "page_bytes": int, "time_s": float},
+    "unmap": {"threads": int, "pages": int, "page_bytes": int, "time_s": float},
     "dispatch": {"what": str, "threads": int, "time_s": float},
 }
 """Fields every row of each kernel section must have (numbers > 0)."""

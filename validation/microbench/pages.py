@@ -9,7 +9,8 @@ freshly mapped buffer (512 KiB to 64 MiB since suite 36), less the same copy int
 per page. The buffer is private anonymous memory, as malloc maps: Python's ``mmap`` maps shared
 memory unless told, whose faults go through the shared-memory file system (on the Zen 4 guest
 2.2 us a page against 1.4 us for a private mapping, which is what a 64 MiB ``torch.empty`` takes;
-suites before 31 measured that).
+suites before 31 measured that). ``measure_unmap`` times the other end of such a block's life:
+glibc unmaps it when it is freed, at a cost per page (suite 37).
 
 ``keep_freed_memory`` turns mmap off in glibc's malloc and keeps freed memory in the heap
 (``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` 2 GiB): the microbenchmarks then time kernels, not
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import time
 
 import numpy as np
 
@@ -79,3 +81,24 @@ def measure_first_touch(threads: int, budget: Budget, nbytes: int = FIRST_TOUCH_
     result = summarize(extra, 1)
     pages = nbytes // PAGE_BYTES
     return {"threads": threads, "bytes": nbytes, "pages": pages, "page_bytes": PAGE_BYTES, **result.row()}
+
+
+def measure_unmap(threads: int, budget: Budget, nbytes: int = FIRST_TOUCH_BYTES) -> dict:
+    """Seconds unmapping a buffer of ``nbytes`` that ``threads`` cores wrote takes: what glibc's
+    ``free`` of a block it mapped on its own costs (the kernel tears down its pages, and the other
+    cores' TLB entries of them)."""
+    n = nbytes // 8
+    source = np.ones(n)
+    lib = library()
+    took: list[float] = []
+    for _ in range(max(budget.repeats, 5)):
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+        target = np.frombuffer(region, dtype=np.float64)
+        lib.bw_copy(source.ctypes.data, target.ctypes.data, n, 1, threads)
+        del target
+        start = time.perf_counter()
+        region.close()
+        took.append(time.perf_counter() - start)
+    result = summarize(took, 1)
+    return {"threads": threads, "bytes": nbytes, "pages": nbytes // PAGE_BYTES, "page_bytes": PAGE_BYTES,
+            **result.row()}

@@ -33,7 +33,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 36
+SUITE_VERSION = 37
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -230,6 +230,8 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
         for size in pages.FIRST_TOUCH_SIZES:
             call = partial(pages.measure_first_touch, t, budget, size)
             tasks.append(Task("first_touch", f"first touch {t}t {size} B", call))
+        tasks.append(Task("unmap", f"unmap {t}t {pages.FIRST_TOUCH_BYTES} B",
+                          partial(pages.measure_unmap, t, budget)))
     for size in latency.chase_sizes(llc_bytes, quick):
         tasks.append(Task("latency", f"pointer chase {size} B", partial(latency.measure_chase, size, repeats)))
     for t in threads:
