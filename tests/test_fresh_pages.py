@@ -73,6 +73,44 @@ def test_a_block_mapped_on_its_own_is_fresh_every_time_it_is_allocated() -> None
     assert _fresh(events, HeapRule(warm_until=math.inf)) == expected
 
 
+def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() -> None:
+    """glibc unmaps a block it mapped on its own when it is freed: each such free in a profiled
+    step adds the calibration's ``unmap`` cost of its pages to the predicted step (between ops or
+    inside one: no op's prediction has it); a heap block's free, or one outside the steps, adds
+    nothing."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import validate
+    from simhpc.trace.fresh_pages import unmapped_blocks
+    from tests.test_fresh_memory import _calibration_data
+
+    block, per_page = 64 << 20, 2.5e-7
+    step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100_000,
+            "cat": "user_annotation"}
+    memory = [
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t", "cat": "cpu_instant_event",
+         "args": {"Addr": address, "Bytes": size}}
+        for ts, address, size in ((10, MAPPED, block), (50_000, MAPPED, -block),  # mapped alone: unmapped
+                                  (20, HEAP + 128, 1 << 20), (60_000, HEAP + 128, -(1 << 20)),  # a heap block
+                                  (100_010, MAPPED, block), (100_020, MAPPED, -block))  # after the step
+    ]
+    trace = parse_trace({"traceEvents": [step, _op("aten::relu", 5, 90_000, [[16, 64, 112, 112]]), *memory],
+                         "simhpc_capture": {"model": "test"}}, "unmap.json")
+    unmapped = unmapped_blocks(trace)
+    assert [event.size for event in unmapped] == [block, block]
+    assert [event.time for event in unmapped] == pytest.approx([0.05, 0.10002])
+    data = _calibration_data()
+    data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
+                                for t in (1, 2)]
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    cpu, _ = host_specs(efficiency.calibration)
+    with_unmap = compare_trace(trace, CostModel(efficiency), cpu, 1)
+    assert with_unmap.unmap_s == pytest.approx(block // PAGE * per_page)
+    without = compare_trace(trace, CostModel(_calibration()), cpu, 1)
+    assert without.unmap_s == 0.0
+    assert with_unmap.predicted_step_s - without.predicted_step_s == pytest.approx(with_unmap.unmap_s)
+    assert with_unmap.summary()["unmap_s"] == with_unmap.unmap_s
+
+
 @pytest.mark.parametrize("address, size", [
     (HEAP + 64, 1 << 20),  # a heap block may start 64 bytes into a page, on pages it used before
     (HEAP + (4 << 20) + 64, 1 << 20),  # or on new ones, near the heap's other blocks

@@ -217,6 +217,12 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
             "code the data touched since their last call evicted from the last-level cache (the calibration's "
             "evicted_call each)"
         )
+    if comparison.unmap_s > 0:
+        console.print(
+            f"freed mappings: {format_time(comparison.unmap_s)} a step unmapping the blocks glibc mapped on "
+            "their own, as they are freed (the calibration's unmap cost a page; in the step, not in any op's "
+            "prediction)"
+        )
     exposed = comparison.heap_faults_if_fresh_s
     if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:
         console.print(

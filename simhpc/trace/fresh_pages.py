@@ -126,8 +126,8 @@ def lifetimes(events: Sequence[MemoryEvent]) -> dict[int, float]:
     return lived
 
 
-def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule,
-                      page_fault_s: float = 0.0) -> Iterator[tuple[MemoryEvent, int]]:
+def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule, page_fault_s: float = 0.0,
+                      unmapped: list[MemoryEvent] | None = None) -> Iterator[tuple[MemoryEvent, int]]:
     """Each allocation of ``events`` (time order) with the bytes of fresh pages it covers: those of
     blocks mapped on their own, and heap pages no earlier block covered, at or above
     ``rule.heap_end``, first covered at or after ``rule.warm_until``.
@@ -135,7 +135,9 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule,
     With ``page_fault_s`` (what a page fault takes), a block freed sooner than its fresh pages'
     faults would take is given only the pages that fit in its life (a batch norm's backward frees
     a block of its input's size unwritten microseconds after allocating it), and the pages it was
-    not given stay fresh for the blocks that cover them later."""
+    not given stay fresh for the blocks that cover them later. ``unmapped`` (a list, if given)
+    collects the frees of the blocks mapped on their own, each with the block's size: glibc
+    unmaps them."""
     lived = lifetimes(events) if page_fault_s > 0 else {}
     heap_end_page = rule.heap_end // PAGE_BYTES
     heap = (rule.heap_end, rule.heap_end) if rule.heap_end else None  # the span of the heap blocks seen
@@ -146,6 +148,8 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule,
             size = mapped.pop(event.address, 0)
             if size:
                 touched.remove(*_pages(MemoryEvent(event.time, event.address, size)))
+                if unmapped is not None:
+                    unmapped.append(MemoryEvent(event.time, event.address, size))
             continue
         first, end = _pages(event)
         new = (end - first) - touched.covered(first, end)
@@ -272,6 +276,15 @@ def capture_page_faults(trace: Trace) -> int | None:
         raise TraceError(f"{trace.source}: simhpc_capture.page_faults: {faults!r} is not a count of page faults "
                          "(an integer, 0 or more)")
     return faults
+
+
+def unmapped_blocks(trace: Trace) -> list[MemoryEvent]:
+    """The frees of ``trace``'s blocks that glibc mapped on their own (:func:`fresh_allocations`),
+    each with the block's size: glibc unmaps such a block when it is freed, a cost per page."""
+    unmapped: list[MemoryEvent] = []
+    for _ in fresh_allocations(trace.memory, heap_rule(trace), unmapped=unmapped):
+        pass
+    return unmapped
 
 
 def fresh_writes_from_events(trace: Trace, kernels: dict[int, k.Kernel], page_fault_s: float = 0.0) -> dict[int, float]:
