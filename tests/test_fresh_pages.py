@@ -75,9 +75,9 @@ def test_a_block_mapped_on_its_own_is_fresh_every_time_it_is_allocated() -> None
 
 def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() -> None:
     """glibc unmaps a block it mapped on its own when it is freed: each such free in a profiled
-    step adds the calibration's ``unmap`` cost of its pages to the predicted step (between ops or
-    inside one: no op's prediction has it); a heap block's free, or one outside the steps, adds
-    nothing."""
+    step adds the calibration's ``unmap`` cost of the pages written into it to the predicted step
+    (between ops or inside one: no op's prediction has it); a heap block's free, or one outside the
+    steps, adds nothing, and a block freed moments after it was mapped holds few pages."""
     from simhpc.costs.calibration import CalibratedEfficiency
     from simhpc.costs.calibration_file import validate
     from simhpc.trace.fresh_pages import unmapped_blocks
@@ -95,16 +95,19 @@ def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() 
     ]
     trace = parse_trace({"traceEvents": [step, _op("aten::relu", 5, 90_000, [[16, 64, 112, 112]]), *memory],
                          "simhpc_capture": {"model": "test"}}, "unmap.json")
+    pages = block // PAGE + 1  # 64 bytes into its first page
     unmapped = unmapped_blocks(trace)
-    assert [event.size for event in unmapped] == [block, block]
+    assert [event.size for event in unmapped] == [pages * PAGE, pages * PAGE]
     assert [event.time for event in unmapped] == pytest.approx([0.05, 0.10002])
+    # at PER_PAGE_S a fault, the block freed 10 us after it was mapped had written 3 pages
+    assert [event.size for event in unmapped_blocks(trace, PER_PAGE_S)] == [pages * PAGE, 3 * PAGE]
     data = _calibration_data()
     data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
                                 for t in (1, 2)]
     efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
     cpu, _ = host_specs(efficiency.calibration)
     with_unmap = compare_trace(trace, CostModel(efficiency), cpu, 1)
-    assert with_unmap.unmap_s == pytest.approx(block // PAGE * per_page)
+    assert with_unmap.unmap_s == pytest.approx(pages * per_page)
     without = compare_trace(trace, CostModel(_calibration()), cpu, 1)
     assert without.unmap_s == 0.0
     assert with_unmap.predicted_step_s - without.predicted_step_s == pytest.approx(with_unmap.unmap_s)

@@ -344,14 +344,15 @@ def predict_ops(trace: Trace, model: CostModel, device: Device, threads: int) ->
 def _unmaps(trace: Trace, model: CostModel, threads: int) -> float:
     """Seconds, over the profiler steps (the whole trace without them), that unmapping the blocks
     glibc mapped on their own takes as they are freed (:func:`~simhpc.trace.fresh_pages.unmapped_blocks`,
-    at the calibration's ``unmap`` cost a page), between ops or inside them: the calibration's
-    loops keep freed memory, so no op's prediction has it. On the EPYC Zen 5 guest a 224 x 224 CNN's
-    98 MiB batch-norm blocks took 7.5 ms each to free."""
+    at the calibration's ``unmap`` cost a page written), between ops or inside them: the
+    calibration's loops keep freed memory, so no op's prediction has it. On the EPYC Zen 5 guest a
+    224 x 224 CNN's 98 MiB batch-norm blocks took 7.5 ms each to free."""
     unmap = getattr(model.efficiency, "unmap_s", None)
-    if unmap is None:
+    first_touch = getattr(model.efficiency, "first_touch_s", None)
+    if unmap is None or first_touch is None:
         return 0.0
     spans = [(step.start, step.start + step.duration) for step in trace.steps]
-    return sum(unmap(event.size, threads) for event in unmapped_blocks(trace)
+    return sum(unmap(event.size, threads) for event in unmapped_blocks(trace, first_touch(PAGE_BYTES, threads))
                if not spans or any(start <= event.time < end for start, end in spans))
 
 

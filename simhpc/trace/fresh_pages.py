@@ -136,29 +136,27 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule, page_fault_
     faults would take is given only the pages that fit in its life (a batch norm's backward frees
     a block of its input's size unwritten microseconds after allocating it), and the pages it was
     not given stay fresh for the blocks that cover them later. ``unmapped`` (a list, if given)
-    collects the frees of the blocks mapped on their own, each with the block's size: glibc
-    unmaps them."""
+    collects the frees of the blocks mapped on their own, each with the bytes of the pages given
+    to it: glibc unmaps them."""
     lived = lifetimes(events) if page_fault_s > 0 else {}
     heap_end_page = rule.heap_end // PAGE_BYTES
     heap = (rule.heap_end, rule.heap_end) if rule.heap_end else None  # the span of the heap blocks seen
     touched = PageSet()
-    mapped: dict[int, int] = {}  # address -> size of the live blocks mapped on their own
+    mapped: dict[int, tuple[int, int]] = {}  # address -> (size, pages given) of the live blocks mapped on their own
     for position, event in enumerate(events):
         if event.size < 0:
-            size = mapped.pop(event.address, 0)
+            size, given = mapped.pop(event.address, (0, 0))
             if size:
                 touched.remove(*_pages(MemoryEvent(event.time, event.address, size)))
                 if unmapped is not None:
-                    unmapped.append(MemoryEvent(event.time, event.address, size))
+                    unmapped.append(MemoryEvent(event.time, event.address, given * PAGE_BYTES))
             continue
         first, end = _pages(event)
         new = (end - first) - touched.covered(first, end)
         near_heap = heap is not None and heap[0] - HEAP_REACH <= event.address <= heap[1] + HEAP_REACH
         alone = (new == end - first and event.size >= rule.mapped_from and not near_heap
                  and event.address % PAGE_BYTES in MAPPED_OFFSETS)
-        if alone:
-            mapped[event.address] = event.size
-        else:
+        if not alone:
             heap = (min(heap[0], event.address), max(heap[1], event.address)) if heap else (event.address,) * 2
             low = max(first, heap_end_page)
             fresh_heap = new and event.time >= rule.warm_until and low < end
@@ -167,6 +165,8 @@ def fresh_allocations(events: Sequence[MemoryEvent], rule: HeapRule, page_fault_
             new = int(lived[position] / page_fault_s)  # its life was too short to write them all
         else:
             touched.add(first, end)
+        if alone:
+            mapped[event.address] = (event.size, new)
         if new:
             yield event, new * PAGE_BYTES
 
@@ -278,11 +278,13 @@ def capture_page_faults(trace: Trace) -> int | None:
     return faults
 
 
-def unmapped_blocks(trace: Trace) -> list[MemoryEvent]:
+def unmapped_blocks(trace: Trace, page_fault_s: float = 0.0) -> list[MemoryEvent]:
     """The frees of ``trace``'s blocks that glibc mapped on their own (:func:`fresh_allocations`),
-    each with the block's size: glibc unmaps such a block when it is freed, a cost per page."""
+    each with the bytes of the pages written into it (with ``page_fault_s``, a block freed moments
+    after it was mapped had no time to write them all): glibc unmaps such a block when it is freed,
+    a cost per page it holds."""
     unmapped: list[MemoryEvent] = []
-    for _ in fresh_allocations(trace.memory, heap_rule(trace), unmapped=unmapped):
+    for _ in fresh_allocations(trace.memory, heap_rule(trace), page_fault_s, unmapped):
         pass
     return unmapped
 
