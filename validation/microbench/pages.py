@@ -78,9 +78,7 @@ def measure_first_touch(threads: int, budget: Budget, nbytes: int = FIRST_TOUCH_
         extra.append(max(1e-9, fresh - warm))
         del target
         region.close()
-    result = summarize(extra, 1)
-    pages = nbytes // PAGE_BYTES
-    return {"threads": threads, "bytes": nbytes, "pages": pages, "page_bytes": PAGE_BYTES, **result.row()}
+    return _buffer_row(threads, nbytes, extra)
 
 
 def measure_unmap(threads: int, budget: Budget, nbytes: int = FIRST_TOUCH_BYTES) -> dict:
@@ -99,6 +97,10 @@ def measure_unmap(threads: int, budget: Budget, nbytes: int = FIRST_TOUCH_BYTES)
         start = time.perf_counter()
         region.close()
         took.append(time.perf_counter() - start)
-    result = summarize(took, 1)
+    return _buffer_row(threads, nbytes, took)
+
+
+def _buffer_row(threads: int, nbytes: int, seconds: list[float]) -> dict:
+    """The calibration row of a buffer of ``nbytes`` timed ``seconds`` on ``threads`` cores."""
     return {"threads": threads, "bytes": nbytes, "pages": nbytes // PAGE_BYTES, "page_bytes": PAGE_BYTES,
-            **result.row()}
+            **summarize(seconds, 1).row()}
