@@ -231,6 +231,7 @@ def test_a_trace_without_its_allocator_settings_states_the_heap_faults_it_may_hi
         text = " ".join(runner.invoke(main, [*arguments, "-o", str(tmp_path / f"{name}-text")]).output.split())
         assert ("heap trims" in text) == (exposed is not None)
         assert ("each step's largest heap blocks" in text) == (exposed is not None)
+        assert summary["heap_growth_unmap_s"] == 0.0  # the calibration has no unmap points
         without = summary["predicted_step_s"] - charged
         assert (f"estimated from the heap's growth (below): predicted {format_time(without)}" in text) == bool(charged)
 

@@ -114,6 +114,39 @@ def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() 
     assert with_unmap.summary()["unmap_s"] == with_unmap.unmap_s
 
 
+def test_a_plain_trace_gives_back_by_heap_trims_every_page_its_steps_write_fresh() -> None:
+    """With glibc's defaults (a trace without ``simhpc_capture``) a heap page written fresh in a
+    step was given back to the kernel by a trim: the step pays the calibration's ``unmap`` cost for
+    every fresh page an op is charged, those charged as the heap's growth reported apart; a capture
+    whose malloc keeps freed memory pays only for blocks mapped on their own (none here)."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import validate
+    from tests.test_fresh_memory import _calibration_data
+
+    per_page = 2.5e-7
+    data = _calibration_data()
+    data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
+                                for t in (1, 2)]
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    cpu, _ = host_specs(efficiency.calibration)
+    steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
+              "cat": "user_annotation"} for n in (2, 3)]
+    gelus = [_op("aten::gelu", ts, 500, [SHAPE]) for ts in (100, 100_100)]
+    # the same block in both steps: the second step's, its step's largest, is charged as the heap's
+    # growth (a trim may have given its pages back); the first step's pages may have served before
+    memory = [_memory(ts, HEAP + 128, size) for ts, size in ((150, BYTES), (700, -BYTES), (100_150, BYTES),
+                                                              (100_700, -BYTES))]
+    events = [*steps, *gelus, *memory]
+    plain = compare_trace(parse_trace({"traceEvents": events}, "plain.json"), CostModel(efficiency), cpu, 1)
+    pages = BYTES // PAGE  # the block's own bytes
+    assert plain.fresh_pages_per_step * plain.steps == pages
+    assert plain.unmap_s == plain.heap_growth_unmap_s == pytest.approx(pages * per_page / plain.steps)
+    assert plain.summary()["heap_growth_unmap_s"] == plain.heap_growth_unmap_s
+    kept = compare_trace(parse_trace({"traceEvents": events, "simhpc_capture": {"heap_end": HEAP}}, "kept.json"),
+                         CostModel(efficiency), cpu, 1)
+    assert kept.fresh_pages_per_step > 0 and kept.unmap_s == 0.0
+
+
 @pytest.mark.parametrize("address, size", [
     (HEAP + 64, 1 << 20),  # a heap block may start 64 bytes into a page, on pages it used before
     (HEAP + (4 << 20) + 64, 1 << 20),  # or on new ones, near the heap's other blocks

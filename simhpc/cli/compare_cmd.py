@@ -161,9 +161,11 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
     )
     growth = comparison.heap_growth_step_s
     if growth > 0:
-        without = comparison.predicted_step_s - growth
+        returned = comparison.heap_growth_unmap_s
+        without = comparison.predicted_step_s - growth - returned
         console.print(
-            f"without the {format_time(growth)} a step of page faults estimated from the heap's growth (below): "
+            f"without the {format_time(growth)} a step of page faults estimated from the heap's growth (below)"
+            + (f" and the {format_time(returned)} of giving their pages back" if returned > 0 else "") + ": "
             f"predicted {format_time(without)} ({_pct(percent_error(without, comparison.measured_step_s))}); "
             "a plain process meets either, as the holes its earlier allocations left decide "
             "(validation/README.md, session 40)"
@@ -219,9 +221,10 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         )
     if comparison.unmap_s > 0:
         console.print(
-            f"freed mappings: {format_time(comparison.unmap_s)} a step unmapping the blocks glibc mapped on "
-            "their own, as they are freed (the calibration's unmap cost a page; in the step, not in any op's "
-            "prediction)"
+            f"freed memory: {format_time(comparison.unmap_s)} a step giving written pages back to the kernel: "
+            "the blocks glibc mapped on their own, unmapped as they are freed, and, where the trace does not "
+            "record its malloc's settings (glibc's defaults), the heap pages its trims give back, one for each "
+            "page written fresh (the calibration's unmap cost a page; in the step, not in any op's prediction)"
         )
     exposed = comparison.heap_faults_if_fresh_s
     if exposed is not None and exposed > HEAP_NOTE_SHARE * comparison.measured_step_s:
