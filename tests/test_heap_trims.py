@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,3 +46,16 @@ def test_each_step_gives_the_breaks_change_and_its_page_faults(heap_trims) -> No
     rows = heap_trims.run("mlp_b1", 1, profiled=False)
     assert len(rows) == heap_trims.STEPS
     assert all(isinstance(grown, int) and isinstance(faults, int) and faults >= 0 for grown, faults in rows)
+
+
+def test_trim_cost_runs_a_plain_step_with_and_without_glibcs_trims() -> None:
+    """``trim_cost.py`` trains a ``plain_capture.py`` model in two processes, with glibc's defaults
+    and with freed memory kept: the second faults no more pages a step, and the report gives the
+    cost of a fault from the difference."""
+    pytest.importorskip("torch")
+    script = TRACES / "trim_cost.py"
+    report = subprocess.run([sys.executable, str(script), "regression", "--steps", "3"], check=True,
+                            capture_output=True, text=True).stdout
+    assert report.startswith("regression, 1 thread(s): step ") and report.rstrip().endswith("a fault")
+    faults = [float(part.split()[0]) for part in report.split(" ms with ")[1:]]
+    assert len(faults) == 2 and faults[1] <= faults[0]
