@@ -41,6 +41,7 @@ from simhpc.costs.kernels import (
     Recurrent,
     Reduction,
     Stencil,
+    vector_side,
 )
 from simhpc.costs.model import ConstantEfficiency, CostModel
 from simhpc.costs.opmap import kernel_for
@@ -1517,6 +1518,44 @@ def test_committed_calibration_times_matrix_vector_products_as_measured() -> Non
                 measured, rel=0.15)
         between = efficiency.host_time(Gemm(dtype="fp32", m=1, n=512, k=512, layout="nt"), threads)
         assert points[(1, 128, 1024, "nt", threads)] < between < points[(1, 1024, 1024, "nt", threads)]
+
+
+def test_outer_products_use_their_own_points(tmp_path: Path) -> None:
+    """A product with k = 1 (an outer product: torch's rank-1 update writes its result once) is timed
+    from the outer-product points of its layout, else another layout's, never from the grid's
+    narrowest products; without such points (an older calibration) it is timed as before, and a
+    product with m = 1 stays a matrix-vector one."""
+    assert vector_side(128, 512, 1, 1) == "k" and vector_side(1, 512, 1, 1) == "m"
+    assert vector_side(128, 512, 4, 1) == vector_side(128, 512, 1, 8) == ""
+    data = synthetic()
+    before = CalibratedEfficiency(tmp_calibration(tmp_path / "grid.json", data), gemm_method="linear")
+    # writing the result at 40 GB/s: no function of the grid's points
+    data["kernels"]["gemm"] += [
+        {"dtype": "fp32", "threads": t, "batch": 1, "m": m, "n": n, "k": 1, "layout": layout,
+         "time_s": 4.0 * m * n / 40e9 * (2.0 if layout == "nt" else 1.0), "spread_s": 0.0}
+        for t in (1, 4) for layout in ("nn", "nt") for m in (16, 128, 1024) for n in (16, 128, 1024)]
+    efficiency = CalibratedEfficiency(tmp_calibration(tmp_path / "outer.json", data), gemm_method="linear")
+    outer = Gemm(dtype="fp32", m=128, n=512, k=1)
+    assert efficiency.host_time(outer, 4) == pytest.approx(4.0 * 128 * 512 / 40e9, rel=1e-6)
+    assert efficiency.host_time(dataclasses.replace(outer, layout="nt"), 1) == pytest.approx(
+        2.0 * 4.0 * 128 * 512 / 40e9, rel=1e-6)
+    assert efficiency.host_time(dataclasses.replace(outer, layout="tn"), 4) == efficiency.host_time(outer, 4)
+    assert efficiency.host_time(outer, 4) != before.host_time(outer, 4)
+    for other in (dataclasses.replace(outer, k=4), dataclasses.replace(outer, batch=8)):
+        assert efficiency.host_time(other, 4) == before.host_time(other, 4)
+
+
+def test_microbench_outer_product_shapes() -> None:
+    """k = 1, the result at most ``VECTOR_MAX_ELEMENTS``, no side of 1 (the matrix-vector points'),
+    in the two layouts of a linear layer's outer products; one point in quick mode."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    gemm = load_submodule("gemm")
+    shapes = gemm.outer_shapes()
+    assert len(shapes) == len(set(shapes)) == 2 * 16
+    assert all(k == 1 and min(m, n) > 1 and m * n <= gemm.VECTOR_MAX_ELEMENTS for m, n, k, _ in shapes)
+    assert {layout for *_, layout in shapes} == set(gemm.OUTER_LAYOUTS) == {"nn", "nt"}
+    assert len(gemm.outer_shapes(quick=True)) == 1
 
 
 def test_microbench_matrix_vector_shapes() -> None:

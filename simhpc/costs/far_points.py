@@ -23,7 +23,7 @@ apart, the other way round: a near point at the far speed-up, where that is slow
 without a 1-thread point of its shape, outside the range of work (FLOPs) of the points in the state
 asked for, or in a group (dtype, layout, thread count) with fewer than :data:`MIN_POINTS` of them,
 is kept as measured: a far spell of ``calibrate`` may cover only its small products, and the
-speed-up they give does not hold for large ones. So is a matrix-vector product
+speed-up they give does not hold for large ones. So is a matrix-vector or outer product
 (:func:`~simhpc.costs.kernels.vector_side`): BLAS runs it on one thread whatever the
 thread count, and where its cores are does not move it. Estimated from its group's products, a
 1 x 1024 x 1024 ``nt`` product read far (46 us on 2 threads, 51.6 on one) came out at 25.8 us on
@@ -101,7 +101,7 @@ def at_distance(rows: list[Row], far_above: float | None, cores: str, method: st
     single: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
     multi: dict[tuple[tuple[str, str, str], int], list[Row]] = defaultdict(list)
     for row in rows:
-        if vector_side(row["m"], row["n"], row.get("batch", 1)):
+        if vector_side(row["m"], row["n"], row["k"], row.get("batch", 1)):
             continue  # one thread runs it (see the module docstring)
         if row["threads"] == 1:
             single[_group(row)].append(row)

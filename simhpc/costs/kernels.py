@@ -121,14 +121,17 @@ class Gemm(Kernel):
         return float(self.m * self.k + self.k * self.n + self.m * self.n) * self.batch * dtype_bytes(self.dtype)
 
 
-def vector_side(m: int, n: int, batch: int) -> str:
+def vector_side(m: int, n: int, k: int, batch: int) -> str:
     """Which operand of a single product is a vector: ``"m"`` (m = 1, a row vector times a matrix),
-    ``"n"`` (n = 1, a matrix times a column vector), else ``""``. BLAS runs such a product as a
-    matrix-vector kernel, which streams its matrix once: 5.5 us for a 256 x 1 x 256 product here,
-    against 75 us for 256 x 4 x 256."""
+    ``"n"`` (n = 1, a matrix times a column vector), ``"k"`` (k = 1: both, an outer product), else
+    ``""``. BLAS runs such a product as a matrix-vector kernel, which streams its matrix once: 5.5 us
+    for a 256 x 1 x 256 product here, against 75 us for 256 x 4 x 256; torch an outer product as a
+    rank-1 update, which writes its result once: 4.0 us for 128 x 512 x 1, against 13 us for
+    128 x 512 x 4 and 23 us for 128 x 512 x 2 (the Zen 5 guest, session 49). Either runs on one
+    thread whatever the thread count."""
     if batch != 1:
         return ""
-    return "m" if m == 1 else "n" if n == 1 else ""
+    return "m" if m == 1 else "n" if n == 1 else "k" if k == 1 else ""
 
 
 @dataclass(frozen=True)

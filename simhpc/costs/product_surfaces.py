@@ -63,7 +63,7 @@ class ProductSurfaces:
         self._gemm: dict[str, Surfaces] = defaultdict(dict)
         """GEMM surfaces by operand layout."""
         self._vector: dict[tuple[str, str], Surfaces] = defaultdict(dict)
-        """Matrix-vector product surfaces by vector side (:func:`vector_side`) and operand layout."""
+        """Matrix-vector and outer-product surfaces by vector side (:func:`vector_side`) and operand layout."""
         self._attention: dict[bool, Surfaces] = defaultdict(dict)
         """Fused-attention surfaces, forward (False) and backward (True)."""
         self._recurrent: dict[bool, Surfaces] = defaultdict(dict)
@@ -85,7 +85,7 @@ class ProductSurfaces:
         speed-up of ``cores`` (:mod:`simhpc.costs.far_points`)."""
         vectors: dict[tuple[str, str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for row in own:
-            side = vector_side(row["m"], row["n"], row.get("batch", 1))
+            side = vector_side(row["m"], row["n"], row["k"], row.get("batch", 1))
             if side:
                 vectors[(side, row.get("layout", "nn"), row["dtype"], row["threads"])].append(row)
                 continue
@@ -174,7 +174,7 @@ class ProductSurfaces:
             if all(parts):  # the same work per pass: the time of both is 1/f_input + 1/f_weight
                 return 2.0 / sum(1.0 / f for f in parts)  # type: ignore[operator]
         candidates = [self._gemm.get(kernel.layout, {}), self._gemm.get("nn", {})]
-        side = "" if kernel.conv else vector_side(kernel.m, kernel.n, kernel.batch)
+        side = "" if kernel.conv else vector_side(kernel.m, kernel.n, kernel.k, kernel.batch)
         if side:  # its own layout's matrix-vector points first, then another layout's
             candidates[:0] = [self._vector.get((side, layout), {})
                               for layout in dict.fromkeys((kernel.layout, "nn", "nt", "tn"))]

@@ -161,9 +161,10 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
 
 
 def _vector_path(kernel: Gemm) -> tuple[str, str] | None:
-    """A matrix-vector product's BLAS kernel, as its layout and which operand is the vector
-    (MKL's ``gemv``, one routine per transposition); None for any other product."""
-    side = vector_side(kernel.m, kernel.n, kernel.batch)
+    """A matrix-vector or outer product's kernel, as its layout and which operand is the vector
+    (:func:`~simhpc.costs.kernels.vector_side`: MKL's ``gemv``, one routine per transposition, or a
+    rank-1 update); None for any other product."""
+    side = vector_side(kernel.m, kernel.n, kernel.k, kernel.batch)
     return (kernel.layout, side) if side else None
 
 
@@ -182,10 +183,11 @@ GRAIN_ELEMENTS = 32768
 
 def _one_thread(kernel: Kernel, shapes: list[Any]) -> bool:
     """Whether an op of ``kernel`` on tensors of ``shapes`` runs on one thread whatever the thread
-    count: a matrix-vector product (MKL's ``gemv``: its 2-thread points take the 1-thread time), or
+    count: a matrix-vector or outer product (MKL's ``gemv``, a rank-1 update: their 2-thread points
+    take the 1-thread time), or
     another op (not a product) whose tensors are all under :data:`GRAIN_ELEMENTS`."""
     if isinstance(kernel, Gemm):
-        return bool(vector_side(kernel.m, kernel.n, kernel.batch)) and not kernel.conv
+        return bool(vector_side(kernel.m, kernel.n, kernel.k, kernel.batch)) and not kernel.conv
     return all(math.prod(shape) < GRAIN_ELEMENTS for shape in shapes if is_shape(shape))
 
 

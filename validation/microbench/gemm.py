@@ -28,6 +28,12 @@ forward at batch 1) or n = 1 (a layer with one output), in the three layouts. MK
 ``gemv``, which reads its matrix once: a 256 x 1 x 256 ``nn`` product took 5.5 us here, one of
 256 x 4 x 256 75 us, so the grid's narrowest points (4) cannot stand for them.
 
+**Outer products** (torch fp32, :func:`outer_shapes`, one round): k = 1 (the input gradient of a
+layer with one output, the forward of a layer with one input). torch runs them as a rank-1 update
+that writes the result once, on one thread: a 128 x 512 x 1 product took 4.0 us on the Zen 5 guest,
+128 x 512 x 4 13 us and 128 x 512 x 2 23 us, so the grid's narrowest points cannot stand for them
+either.
+
 **16-bit products** (torch only, one round): bf16 and fp16 on a coarse grid in the three layouts
 a training step uses. Without AVX512-BF16/FP16 or AMX, PyTorch multiplies them in fallback
 kernels: 1.3 GFLOP/s for a bf16 64 x 512 x 256 ``nn`` product here, 6-7.5 ``nt`` (a linear
@@ -145,6 +151,20 @@ def vector_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
     sides = [(rows, k) for rows, k in itertools.product(VECTOR_AXIS, VECTOR_AXIS) if rows * k <= VECTOR_MAX_ELEMENTS]
     return [shape for layout in PATH_LAYOUTS for rows, k in sides
             for shape in ((1, rows, k, layout), (rows, 1, k, layout))]
+
+
+OUTER_LAYOUTS = ("nn", "nt")
+"""The layouts of a linear layer's outer products: the input gradient of a layer with one output
+(``nn``) and the forward of a layer with one input (``nt``)."""
+
+
+def outer_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the torch fp32 outer-product points (k = 1): the result's sides from
+    :data:`VECTOR_AXIS` (at most :data:`VECTOR_MAX_ELEMENTS` of them), in :data:`OUTER_LAYOUTS`."""
+    if quick:
+        return [(64, 64, 1, "nn")]
+    return [(m, n, 1, layout) for layout in OUTER_LAYOUTS for m, n in itertools.product(VECTOR_AXIS, VECTOR_AXIS)
+            if m * n <= VECTOR_MAX_ELEMENTS]
 
 
 INTERLEAVED_PATTERNS = (("nt", "ab"), ("nn", "b"), ("tn", "b"), ("tn", "a"))
