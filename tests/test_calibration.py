@@ -1558,6 +1558,25 @@ def test_microbench_outer_product_shapes() -> None:
     assert len(gemm.outer_shapes(quick=True)) == 1
 
 
+def test_microbench_classifier_head_shapes() -> None:
+    """A linear layer to ``HEAD_CLASSES`` classes in its three products (forward ``nt``, input
+    gradient ``nn``, weight gradient ``tn``) over every batch and hidden width of ``HEAD_SIDES``,
+    but those the layout points measure, at most ``LAYOUT_MAX_MNK`` multiply-adds."""
+    from simhpc.costs.benchsuite import load_submodule
+
+    gemm = load_submodule("gemm")
+    shapes = gemm.head_shapes()
+    assert len(shapes) == len(set(shapes)) and not set(shapes) & set(gemm.layout_shapes())
+    classes = gemm.HEAD_CLASSES
+    by_layout = {layout: [(m, n, k) for m, n, k, lay in shapes if lay == layout] for layout in ("nt", "nn", "tn")}
+    assert len(by_layout["nt"]) == len(by_layout["nn"]) == len(by_layout["tn"]) == len(shapes) // 3
+    assert all(n == classes for _, n, _ in by_layout["nt"]) and all(k == classes for *_, k in by_layout["nn"])
+    assert all(m == classes for m, *_ in by_layout["tn"])
+    assert (128, classes, 1024) in by_layout["nt"] and (64, classes, 512) not in by_layout["nt"]
+    assert all(m * n * k <= gemm.LAYOUT_MAX_MNK for m, n, k, _ in shapes)
+    assert len(gemm.head_shapes(quick=True)) == 1
+
+
 def test_microbench_matrix_vector_shapes() -> None:
     """Both sides, three layouts, the matrix at most ``VECTOR_MAX_ELEMENTS``; one point in quick mode."""
     from simhpc.costs.benchsuite import load_submodule

@@ -28,6 +28,10 @@ forward at batch 1) or n = 1 (a layer with one output), in the three layouts. MK
 ``gemv``, which reads its matrix once: a 256 x 1 x 256 ``nn`` product took 5.5 us here, one of
 256 x 4 x 256 75 us, so the grid's narrowest points (4) cannot stand for them.
 
+**Classifier heads** (torch fp32, :func:`head_shapes`, one round): a linear layer to 10 classes,
+its three products over batch and hidden widths in steps of 2x, where the layout points step 8x
+and MKL's time is not smooth between them.
+
 **Outer products** (torch fp32, :func:`outer_shapes`, one round): k = 1 (the input gradient of a
 layer with one output, the forward of a layer with one input). torch runs them as a rank-1 update
 that writes the result once, on one thread: a 128 x 512 x 1 product took 4.0 us on the Zen 5 guest,
@@ -129,6 +133,32 @@ def layout_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
                     dims.insert(position, narrow)
                     if dims[0] * dims[1] * dims[2] <= LAYOUT_MAX_MNK:
                         found.append((*dims, layout))  # type: ignore[arg-type]
+    return found
+
+
+HEAD_CLASSES = 10
+"""The classes of the classifier-head points (the narrow width the layout points also measure)."""
+HEAD_SIDES = (16, 64, 128, 256, 512, 1024, 2048, 4096)
+"""The batch and hidden widths of the classifier-head points: every step of 2x from 64, where the
+layout points' wide widths step 8x."""
+
+
+def head_shapes(quick: bool = False) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, layout) of the torch classifier-head points (one round): a linear layer to
+    :data:`HEAD_CLASSES` classes from a hidden width ``h`` at batch ``b``, both from
+    :data:`HEAD_SIDES`, in its three products (forward ``nt`` b x 10 x h, input gradient ``nn``
+    b x h x 10, weight gradient ``tn`` 10 x h x b), up to 2^26 multiply-adds, but for those the
+    layout points measure. MKL is not smooth between the layout points' widths: a 128 x 1024 x 10
+    ``nn`` product took 70 us at 1 thread, 128 x 512 x 10 13 us and 128 x 4096 x 10 261 us, and
+    the surface through them read 42 us (the Zen 5 guest, session 49)."""
+    if quick:
+        return [(32, HEAD_CLASSES, 256, "nt")]
+    found = []
+    for batch, hidden in itertools.product(HEAD_SIDES, HEAD_SIDES):
+        if (batch in WIDE and hidden in WIDE) or HEAD_CLASSES * batch * hidden > LAYOUT_MAX_MNK:
+            continue
+        found += [(batch, HEAD_CLASSES, hidden, "nt"), (batch, hidden, HEAD_CLASSES, "nn"),
+                  (HEAD_CLASSES, hidden, batch, "tn")]
     return found
 
 

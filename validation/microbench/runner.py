@@ -33,7 +33,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 38
+SUITE_VERSION = 39
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -261,6 +261,10 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
                                "torch", layout)
                 tasks.append(Task("gemm", f"gemv torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
+            for m, n, k, layout in gemm.head_shapes(quick):
+                call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
+                               "torch", layout)
+                tasks.append(Task("gemm", f"head torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
             for m, n, k, layout in gemm.outer_shapes(quick):
                 call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
                                "torch", layout)
