@@ -257,18 +257,11 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
             for m, n, k, layout in gemm.layout_shapes(quick):
                 call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget, "torch", layout)
                 tasks.append(Task("gemm", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
-            for m, n, k, layout in gemm.vector_shapes(quick):
-                call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
-                               "torch", layout)
-                tasks.append(Task("gemm", f"gemv torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
-            for m, n, k, layout in gemm.head_shapes(quick):
-                call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
-                               "torch", layout)
-                tasks.append(Task("gemm", f"head torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
-            for m, n, k, layout in gemm.outer_shapes(quick):
-                call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
-                               "torch", layout)
-                tasks.append(Task("gemm", f"ger torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
+            for kind, shapes in (("gemv", gemm.vector_shapes), ("head", gemm.head_shapes), ("ger", gemm.outer_shapes)):
+                for m, n, k, layout in shapes(quick):
+                    call = partial(gemm.measure_gemm, 1, m, n, k, "fp32", t, budget if quick else gemm.VECTOR_BUDGET,
+                                   "torch", layout)
+                    tasks.append(Task("gemm", f"{kind} torch fp32 {t}t 1x{m}x{n}x{k} {layout}", call))
             for batch, m, n, k, layout, which in gemm.interleaved_shapes(quick):
                 call = partial(gemm.measure_gemm, batch, m, n, k, "fp32", t, budget, "torch", layout, which)
                 tasks.append(Task("gemm", f"gemm torch fp32 {t}t {batch}x{m}x{n}x{k} {layout} interleaved {which}",
