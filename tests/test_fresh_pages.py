@@ -112,6 +112,13 @@ def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() 
     assert without.unmap_s == 0.0
     assert with_unmap.predicted_step_s - without.predicted_step_s == pytest.approx(with_unmap.unmap_s)
     assert with_unmap.summary()["unmap_s"] == with_unmap.unmap_s
+    # a plain script's trace (glibc's defaults) gives back every page its step wrote fresh, the
+    # block's among them, once: here the block's alone (the heap block's pages may have served before)
+    plain = parse_trace({"traceEvents": [step, _op("aten::relu", 5, 90_000, [[16, 64, 112, 112]]), *memory]},
+                        "plain.json")
+    given_back = compare_trace(plain, CostModel(efficiency), cpu, 1)
+    assert given_back.fresh_pages_per_step == pages
+    assert given_back.unmap_s == pytest.approx(pages * per_page)
 
 
 def test_a_plain_trace_gives_back_by_heap_trims_every_page_its_steps_write_fresh() -> None:
