@@ -73,15 +73,25 @@ def test_a_block_mapped_on_its_own_is_fresh_every_time_it_is_allocated() -> None
     assert _fresh(events, HeapRule(warm_until=math.inf)) == expected
 
 
+def _with_unmap(per_page: float):
+    """The test calibration (:func:`tests.test_fresh_memory._calibration_data`) with ``unmap``
+    points of ``per_page`` seconds a page at 1 and 2 threads, as a torch cost model's efficiency."""
+    from simhpc.costs.calibration import CalibratedEfficiency
+    from simhpc.costs.calibration_file import validate
+    from tests.test_fresh_memory import _calibration_data
+
+    data = _calibration_data()
+    data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
+                                for t in (1, 2)]
+    return CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+
+
 def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() -> None:
     """glibc unmaps a block it mapped on its own when it is freed: each such free in a profiled
     step adds the calibration's ``unmap`` cost of the pages written into it to the predicted step
     (between ops or inside one: no op's prediction has it); a heap block's free, or one outside the
     steps, adds nothing, and a block freed moments after it was mapped holds few pages."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import validate
     from simhpc.trace.fresh_pages import unmapped_blocks
-    from tests.test_fresh_memory import _calibration_data
 
     block, per_page = 64 << 20, 2.5e-7
     step = {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100_000,
@@ -101,10 +111,7 @@ def test_freeing_a_block_mapped_on_its_own_unmaps_it_and_the_step_pays_for_it() 
     assert [event.time for event in unmapped] == pytest.approx([0.05, 0.10002])
     # at PER_PAGE_S a fault, the block freed 10 us after it was mapped had written 3 pages
     assert [event.size for event in unmapped_blocks(trace, PER_PAGE_S)] == [pages * PAGE, 3 * PAGE]
-    data = _calibration_data()
-    data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
-                                for t in (1, 2)]
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    efficiency = _with_unmap(per_page)
     cpu, _ = host_specs(efficiency.calibration)
     with_unmap = compare_trace(trace, CostModel(efficiency), cpu, 1)
     assert with_unmap.unmap_s == pytest.approx(pages * per_page)
@@ -126,15 +133,8 @@ def test_a_plain_trace_gives_back_by_heap_trims_every_page_its_steps_write_fresh
     step was given back to the kernel by a trim: the step pays the calibration's ``unmap`` cost for
     every fresh page an op is charged, those charged as the heap's growth reported apart; a capture
     whose malloc keeps freed memory pays only for blocks mapped on their own (none here)."""
-    from simhpc.costs.calibration import CalibratedEfficiency
-    from simhpc.costs.calibration_file import validate
-    from tests.test_fresh_memory import _calibration_data
-
     per_page = 2.5e-7
-    data = _calibration_data()
-    data["kernels"]["unmap"] = [{"threads": t, "pages": 16384, "page_bytes": PAGE, "time_s": 16384 * per_page}
-                                for t in (1, 2)]
-    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch")
+    efficiency = _with_unmap(per_page)
     cpu, _ = host_specs(efficiency.calibration)
     steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
               "cat": "user_annotation"} for n in (2, 3)]
