@@ -372,9 +372,9 @@ def _unmaps(trace: Trace, predictions: list[OpPrediction], model: CostModel, thr
     if allocator_recorded(trace):
         return sum(unmap(event.size, threads) for event in unmapped_blocks(trace, first_touch(PAGE_BYTES, threads))
                    if in_steps(event.time)), 0.0
-    returned = [p for p in predictions if p.fresh_bytes > 0 and in_steps(p.op.start)]
-    return (sum(unmap(p.fresh_bytes, threads) for p in returned),
-            sum(unmap(p.fresh_bytes, threads) for p in returned if p.heap_growth_s > 0))
+    returned = [(unmap(p.fresh_bytes, threads), p.heap_growth_s > 0) for p in predictions
+                if p.fresh_bytes > 0 and in_steps(p.op.start)]
+    return sum(seconds for seconds, _ in returned), sum(seconds for seconds, grown in returned if grown)
 
 
 def _dispatch_after_kernels(predictions: list[OpPrediction], model: CostModel) -> None:
