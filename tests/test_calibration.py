@@ -2060,6 +2060,26 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
     assert without.product_in_step_s(product, 1, 0.0, 0.0, 1.0) == pytest.approx(warm)
 
 
+def test_a_one_thread_product_pays_one_cores_cold_parts(cal_path: Path) -> None:
+    """A matrix-vector or outer product runs on one thread whatever the thread count: on 4 it pays
+    the 1-thread fit's cold constant and per-byte cost over its own warm time."""
+    data = json.loads(cal_path.read_text())
+    rows = []
+    for t, constant in ((1, 10e-6), (4, 40e-6)):
+        for m, n, k in ((32, 32, 32), (64, 10, 4096), (512, 512, 16)):
+            moved = 4.0 * (m * k + k * n + m * n)
+            rows.append({"blas": "numpy", "dtype": "fp32", "threads": t, "batch": 1, "m": m, "n": n, "k": k,
+                         "layout": "nn", "cache": "cold", "warm_s": 1e-3, "time_s": 1e-3 + constant + moved / 20e9})
+    data["kernels"]["gemm_cold"] = rows
+    efficiency = CalibratedEfficiency(validate(data, "cold.json"), cache="cold")
+    gemv = Gemm(dtype="fp32", m=1, n=1 << 14, k=1 << 14)
+    warm = efficiency.product_in_step_s(gemv, 4, 0.0, 0.0, 0.0)
+    assert warm > efficiency.dispatch_floor(4) + 40e-6 + 1e6 / 20e9
+    assert efficiency.product_in_step_s(gemv, 4, 1.0, 1e6, 0.0) == pytest.approx(warm + 40e-6 + 1e6 / 20e9)
+    assert efficiency.product_in_step_s(gemv, 4, 1.0, 1e6, 0.0, one_thread=True) == pytest.approx(
+        warm + 10e-6 + 1e6 / 20e9)
+
+
 def test_cold_products_pay_at_most_one_dram_pass_over_their_bytes(cal_path: Path) -> None:
     """A fit whose bytes cost more than streaming them from DRAM (after a 128 MiB flush, a VM's
     page walks too) charges them at the roofline's DRAM bandwidth: 50 us + bytes / 12 GB/s here."""

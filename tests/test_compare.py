@@ -1377,6 +1377,7 @@ class _StepProducts:
         self.asked: list[tuple[int, float, float]] = []
         self.layout_shares: list[float] = []
         self.outputs: list[float] = []
+        self.one_thread: list[bool] = []
         self.private_cache_bytes = 4 << 20
         self.calibration = type("Cal", (), {"effective_cache_bytes": lambda self: cache_bytes,
                                             "last_level_latency_share": lambda self, private: 0.1})()
@@ -1385,10 +1386,11 @@ class _StepProducts:
         return 30e-6, 1e-10
 
     def product_in_step_s(self, kernel: Gemm, threads: int, share: float, cold_bytes: float,
-                          layout_share: float, cold_output_bytes: float) -> float:
+                          layout_share: float, cold_output_bytes: float, one_thread: bool) -> float:
         self.asked.append((kernel.m, share, cold_bytes))
         self.layout_shares.append(layout_share)
         self.outputs.append(cold_output_bytes)
+        self.one_thread.append(one_thread)
         return 1.0
 
 
@@ -1445,7 +1447,8 @@ def test_a_matrix_vector_product_finds_on_its_core_what_one_thread_read() -> Non
     """MKL runs a matrix-vector product on one thread. On 2 threads, its matrix last read by another
     such product (batch-1 inference's weights, step after step) or by an op under ATen's grain
     size is all on its core: no share of it is charged as in the other core's cache. One last read
-    by an op the threads split is, as is any operand of a product the threads split."""
+    by an op the threads split is, as is any operand of a product the threads split. It pays the
+    cold parts of one thread."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import GRAIN_ELEMENTS, charge_products
 
@@ -1471,6 +1474,7 @@ def test_a_matrix_vector_product_finds_on_its_core_what_one_thread_read() -> Non
     assert [cold for _, _, cold in efficiency.asked] == [
         pytest.approx(matrix_bytes + vector_bytes), 0.0, pytest.approx(matrix_bytes / 2),
         pytest.approx(8 * 1024 * 4 + matrix_bytes / 2)]
+    assert efficiency.one_thread == [True, True, True, False]  # the cold parts of one core, or of both
 
 
 def test_a_flattened_activation_is_the_tensor_the_op_before_read() -> None:

@@ -149,7 +149,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
                 layout_share = min(1.0, since_layout / private)
             last_vector_path = path
             output = _fetched_output_bytes(p.op, kernel, blocks, ends, moved, private, elsewhere)
-            seconds = in_step(kernel, threads, share, cold_bytes, layout_share, output)
+            seconds = in_step(kernel, threads, share, cold_bytes, layout_share, output, alone)
             if seconds is not None:
                 p.predicted_s = seconds
             last_of_layout[layout] = moved
