@@ -2060,6 +2060,23 @@ def test_a_product_after_one_of_another_layout_pays_its_layouts_share(cal_path: 
     assert without.product_in_step_s(product, 1, 0.0, 0.0, 1.0) == pytest.approx(warm)
 
 
+def test_path_points_with_their_operands_read_stand_alone(cal_path: Path) -> None:
+    """Suite 40's path points read the timed product's operands first (``operands: cached``); the
+    older ones also hold the operands' fetch. Where a thread count has points of the new kind, the
+    layout's part is their median alone; elsewhere the old points' still."""
+    from simhpc.costs.cold_products import path_constants
+
+    def row(threads: int, layout: str, extra: float, **more: str) -> dict:
+        return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": 32, "n": 16, "k": 256,
+                "layout": layout, "after": "nt", "cache": "cold", "warm_s": 4e-6, "time_s": 4e-6 + extra, **more}
+
+    old = [row(1, "tn", 4.3e-6), row(1, "nn", 5e-6), row(2, "tn", 3.5e-6)]
+    new = [row(1, "tn", 3e-6, operands="cached"), row(1, "nn", 2e-6, operands="cached")]
+    assert path_constants(old + new, "torch", "tn") == {1: pytest.approx(3e-6), 2: pytest.approx(3.5e-6)}
+    assert path_constants(old + new, "torch") == {1: pytest.approx(2.5e-6), 2: pytest.approx(3.5e-6)}
+    assert path_constants(old, "torch", "tn") == {1: pytest.approx(4.3e-6), 2: pytest.approx(3.5e-6)}
+
+
 def test_a_one_thread_product_pays_one_cores_cold_parts(cal_path: Path) -> None:
     """A matrix-vector or outer product runs on one thread whatever the thread count: on 4 it pays
     the 1-thread fit's cold constant and per-byte cost over its own warm time."""

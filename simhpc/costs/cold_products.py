@@ -60,16 +60,19 @@ def cold_product_fits(rows: list[dict[str, Any]], blas: str) -> dict[int, tuple[
 
 def path_constants(rows: list[dict[str, Any]], blas: str, layout: str | None = None) -> dict[int, float]:
     """Threads -> seconds: the median of what the ``gemm_cold`` rows with ``after`` (a small product
-    right after a flush and a product of another layout) took over their loop time, the part of a
-    cold call that is the kernels of the product's own layout (0 where the call was faster); of
-    the rows of ``layout`` only, where given. The layouts' kernels differ: on the EPYC Zen 4 guest
-    (1 thread) a ``tn`` product (a weight gradient) paid 5.5-6.6 us, ``nn`` 8.4-9.8 us and ``nt``
-    8.9-10.4 us."""
-    extras: dict[int, list[float]] = defaultdict(list)
+    right after a flush, a read of its operands and a product of another layout) took over their
+    loop time, the part of a cold call that is the kernels of the product's own layout (0 where the
+    call was faster); of the rows of ``layout`` only, where given. The layouts' kernels differ: on
+    the EPYC Zen 4 guest (1 thread) a ``tn`` product (a weight gradient) paid 5.5-6.6 us, ``nn``
+    8.4-9.8 us and ``nt`` 8.9-10.4 us, its operands cold. Rows that read the operands first (their
+    ``operands`` field, suite 40) stand alone where a thread count has them: the others also hold
+    the operands' fetch from memory, which a traced product pays by where they are (on the EPYC Zen
+    5 guest, 1 thread, 2.5 of a ``tn`` product's 4.3 us)."""
+    extras: dict[int, dict[bool, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in unshared(rows):
         if row.get("blas", "torch") == blas and "after" in row and layout in (None, row.get("layout", "nn")):
-            extras[row["threads"]].append(max(0.0, row["time_s"] - row["warm_s"]))
-    return {threads: float(np.median(values)) for threads, values in sorted(extras.items())}
+            extras[row["threads"]]["operands" in row].append(max(0.0, row["time_s"] - row["warm_s"]))
+    return {threads: float(np.median(by_kind[True] or by_kind[False])) for threads, by_kind in sorted(extras.items())}
 
 
 def _log_ratio_fit(moved: np.ndarray, extra: np.ndarray) -> tuple[float, float]:

@@ -51,6 +51,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -250,14 +251,17 @@ def measure_gemm_cold(m: int, n: int, k: int, layout: str, threads: int, budget:
     and single calls each after a cache flush (``time_s``), the state of a product's
     operands, and of the BLAS's own buffers, inside a training step. The difference is what
     ``simhpc compare`` charges a product on top of its warm time."""
-    return _cold_row(m, n, k, layout, threads, budget, _torch_flush())
+    flush = _torch_flush()
+    return _cold_row(m, n, k, layout, threads, budget, lambda operands: flush())
 
 
-def _cold_row(m: int, n: int, k: int, layout: str, threads: int, budget: Budget, before: Callable[[], object],
-              **identity: str) -> dict:
+def _cold_row(m: int, n: int, k: int, layout: str, threads: int, budget: Budget,
+              before: Callable[[tuple[Any, Any]], object], **identity: str) -> dict:
     """The ``gemm_cold`` row of a torch fp32 product timed in a loop (``warm_s``) and as single
-    calls each after ``before()`` (``time_s``); ``identity``: more fields naming the point."""
-    call = _torch_call(_operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1), np.empty((m, n), np.float32), layout)
+    calls each after ``before(operands)`` (``time_s``; ``operands``: the product's two torch
+    tensors); ``identity``: more fields naming the point."""
+    operands = _torch_operands(_operand((m, k), "fp32", 0), _operand((k, n), "fp32", 1), layout)
+    call = _torch_product(*operands, np.empty((m, n), np.float32))
 
     def once(reps: int) -> float:
         start = time.perf_counter()
@@ -266,7 +270,7 @@ def _cold_row(m: int, n: int, k: int, layout: str, threads: int, budget: Budget,
 
     with torch_threads(threads):
         warm = measure_python(call, budget)
-        cold = measure_cold(once, before, budget)
+        cold = measure_cold(once, lambda: before(operands), budget)
     return {"blas": "torch", "dtype": "fp32", "threads": threads, "batch": 1, "m": m, "n": n, "k": k,
             "layout": layout, **identity, "cache": "cold", **cold.row(), "warm_s": warm.median_s}
 
@@ -274,9 +278,20 @@ def _cold_row(m: int, n: int, k: int, layout: str, threads: int, budget: Budget,
 PATH_LAYOUTS = ("nt", "nn", "tn")
 """The layouts of a linear layer's three products: its forward (``nt``), input gradient (``nn``)
 and weight gradient (``tn``)."""
-PATH_SHAPE = (32, 16, 256)
-"""(m, n, k) of the :func:`measure_gemm_path` products: small enough that their operands cost little
-cold, so that what a call pays over its loop time is the code and state it finds evicted."""
+PATH_LAYER = (32, 64, 10)
+"""(batch, inputs, outputs) of the linear layer whose products the :func:`measure_gemm_path` points
+time: a small classifier head, the product a step most often finds with its layout's kernels
+evicted. MKL runs such odd sizes through edge kernels besides its main ones: on the EPYC Zen 5
+guest (1 thread, operands read first) its weight gradient (``tn``) paid 2.4-3.1 us over its loop
+time after a product of another layout, a 32 x 16 x 256 one 1.7-1.8 us; in the plain captures'
+steps the heads' weight gradients paid 2.6-2.9 us."""
+
+
+def path_shape(layout: str) -> tuple[int, int, int]:
+    """(m, n, k) of :data:`PATH_LAYER`'s product of ``layout``: its forward (``nt``), input gradient
+    (``nn``) or weight gradient (``tn``)."""
+    batch, inputs, outputs = PATH_LAYER
+    return {"nt": (batch, outputs, inputs), "nn": (batch, inputs, outputs), "tn": (outputs, inputs, batch)}[layout]
 
 
 def path_pairs(quick: bool = False) -> list[tuple[str, str]]:
@@ -287,20 +302,32 @@ def path_pairs(quick: bool = False) -> list[tuple[str, str]]:
 
 
 def measure_gemm_path(after: str, layout: str, threads: int, budget: Budget) -> dict:
-    """A small torch fp32 product of ``layout`` timed in a loop (``warm_s``) and as single calls,
-    each right after a cache flush and one product of the ``after`` layout (``time_s``).
+    """:data:`PATH_LAYER`'s torch fp32 product of ``layout`` timed in a loop (``warm_s``) and as
+    single calls, each right after a cache flush, a read of its operands and the layer's product of
+    the ``after`` layout on other operands (``time_s``; the row's ``operands`` field says they were
+    read: ``cached``).
 
     A product's first call after a flush re-fetches the code and state of the BLAS and of the
     framework; one of another layout right before it re-fetches most of that, but not the
-    kernels of this layout (measured here at 1 thread, a 32 x 16 x 256 product: 106-116 us over its
+    kernels of this layout (measured at 1 thread, a 32 x 16 x 256 product: 106-116 us over its
     loop time alone, 7-18 us after one of another layout, 4-5 us after one of its own). In a
     training step a linear layer's backward products follow its forward one: ``simhpc compare``
     charges a product the part of its cold cost that these points give its layout's kernels
-    (:mod:`simhpc.trace.product_reuse`)."""
-    m, n, k = PATH_SHAPE
+    (:mod:`simhpc.trace.product_reuse`), and its operands' fetch apart, by where they are. Up to
+    suite 39 the points were 32 x 16 x 256 products with their operands left cold: on the EPYC Zen
+    5 guest a ``tn`` one paid 4.3 us (1 thread) over its loop time, 2.5 us of it the fetch."""
+    m, n, k = path_shape(after)
     first = _torch_call(_operand((m, k), "fp32", 2), _operand((k, n), "fp32", 3), np.empty((m, n), np.float32), after)
+    m, n, k = path_shape(layout)
     flush = _torch_flush()
-    return _cold_row(m, n, k, layout, threads, budget, lambda: (flush(), first()), after=after)
+
+    def before(operands: tuple[Any, Any]) -> None:
+        flush()
+        for operand in operands:
+            operand.sum()
+        first()
+
+    return _cold_row(m, n, k, layout, threads, budget, before, after=after, operands="cached")
 
 
 def dtypes(blas: str) -> tuple[str, ...]:
@@ -371,12 +398,18 @@ def torch_threads(threads: int) -> Iterator[None]:
 def _torch_call(
     a: np.ndarray, b: np.ndarray, c: np.ndarray, layout: str = "nn", dtype: str | None = None, interleaved: str = ""
 ) -> Callable[[], object]:
-    """``torch.mm``/``torch.bmm`` into an output from torch's allocator: into a numpy-allocated one,
-    MKL took twice as long here for a 2048 x 1024 fp32 output (29 against 15 ms, 1 thread).
-    ``layout``: a ``t`` operand is the transposed view of a contiguous copy of its transpose.
-    ``dtype``: a 16-bit type the operands are converted to (``bf16``, ``fp16``). ``interleaved``:
-    the batched operands (``a``, ``b``) stored with the batch inside each row, as attention heads
-    sliced from one projection's output (a ``[b, r, c]`` view of an ``[r, b, c]`` array)."""
+    """``torch.mm``/``torch.bmm`` of ``a`` and ``b`` as :func:`_torch_operands` stores them, into
+    an output of ``c``'s shape (:func:`_torch_product`)."""
+    return _torch_product(*_torch_operands(a, b, layout, dtype, interleaved), c)
+
+
+def _torch_operands(a: np.ndarray, b: np.ndarray, layout: str = "nn", dtype: str | None = None,
+                    interleaved: str = "") -> tuple[Any, Any]:
+    """Torch copies of ``a`` and ``b``. ``layout``: a ``t`` operand is the transposed view of a
+    contiguous copy of its transpose. ``dtype``: a 16-bit type the operands are converted to
+    (``bf16``, ``fp16``). ``interleaved``: the batched operands stored with the batch inside each
+    row, as attention heads sliced from one projection's output (a ``[b, r, c]`` view of an
+    ``[r, b, c]`` array)."""
     import torch
 
     to = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype or "")
@@ -392,7 +425,15 @@ def _torch_call(
             tensor = torch.from_numpy(x).clone()
         return tensor if to is None else tensor.to(to)
 
-    ta, tb = stored(a, layout[0], "a" in interleaved), stored(b, layout[1], "b" in interleaved)
+    return stored(a, layout[0], "a" in interleaved), stored(b, layout[1], "b" in interleaved)
+
+
+def _torch_product(ta: Any, tb: Any, c: np.ndarray) -> Callable[[], object]:
+    """``torch.mm``/``torch.bmm`` of two torch tensors into an output of ``c``'s shape from torch's
+    allocator: into a numpy-allocated one, MKL took twice as long here for a 2048 x 1024 fp32
+    output (29 against 15 ms, 1 thread)."""
+    import torch
+
     tc = torch.empty(c.shape, dtype=ta.dtype)
     if ta.dim() == 3:
         return lambda: torch.bmm(ta, tb, out=tc)

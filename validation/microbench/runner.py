@@ -33,7 +33,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 39
+SUITE_VERSION = 40
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -271,7 +271,7 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
                 tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} cold", call))
             for after, layout in gemm.path_pairs(quick):
                 call = partial(gemm.measure_gemm_path, after, layout, t, budget)
-                m, n, k = gemm.PATH_SHAPE
+                m, n, k = gemm.path_shape(layout)
                 tasks.append(Task("gemm_cold", f"gemm torch fp32 {t}t 1x{m}x{n}x{k} {layout} after {after}", call))
             for dtype in gemm.HALF:
                 for m, n, k, layout in gemm.half_shapes(quick, dtype in native_half):
