@@ -67,7 +67,7 @@ def path_constants(rows: list[dict[str, Any]], blas: str, layout: str | None = N
     8.4-9.8 us and ``nt`` 8.9-10.4 us, its operands cold. Rows that read the operands first (their
     ``operands`` field, suite 40) stand alone where a thread count has them: the others also hold
     the operands' fetch from memory, which a traced product pays by where they are (on the EPYC Zen
-    5 guest, 1 thread, 2.5 of a ``tn`` product's 4.3 us)."""
+    5 guest, 1 thread, 3-4 us of a 32 x 16 x 256 product's 4.4-5.8)."""
     extras: dict[int, dict[bool, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in unshared(rows):
         if row.get("blas", "torch") == blas and "after" in row and layout in (None, row.get("layout", "nn")):

@@ -282,9 +282,9 @@ PATH_LAYER = (32, 64, 10)
 """(batch, inputs, outputs) of the linear layer whose products the :func:`measure_gemm_path` points
 time: a small classifier head, the product a step most often finds with its layout's kernels
 evicted. MKL runs such odd sizes through edge kernels besides its main ones: on the EPYC Zen 5
-guest (1 thread, operands read first) its weight gradient (``tn``) paid 2.4-3.1 us over its loop
-time after a product of another layout, a 32 x 16 x 256 one 1.7-1.8 us; in the plain captures'
-steps the heads' weight gradients paid 2.6-2.9 us."""
+guest (1 thread, operands read first; ``validation/traces/layout_path.py``) its products paid
+2.3-4.3 us over their loop time after one of another layout, 32 x 16 x 256 ones 1.1-1.8 us; in the
+plain captures' steps the heads' weight gradients paid 2.6-2.9 us."""
 
 
 def path_shape(layout: str) -> tuple[int, int, int]:
@@ -315,7 +315,7 @@ def measure_gemm_path(after: str, layout: str, threads: int, budget: Budget) -> 
     charges a product the part of its cold cost that these points give its layout's kernels
     (:mod:`simhpc.trace.product_reuse`), and its operands' fetch apart, by where they are. Up to
     suite 39 the points were 32 x 16 x 256 products with their operands left cold: on the EPYC Zen
-    5 guest a ``tn`` one paid 4.3 us (1 thread) over its loop time, 2.5 us of it the fetch."""
+    5 guest they paid 4.4-5.8 us (1 thread) over their loop time, 1.1-1.6 with the operands read."""
     m, n, k = path_shape(after)
     first = _torch_call(_operand((m, k), "fp32", 2), _operand((k, n), "fp32", 3), np.empty((m, n), np.float32), after)
     m, n, k = path_shape(layout)

@@ -11,9 +11,9 @@ shapes, the product as a single call after the fill and the other layout's produ
 operands, with its own operands read first or left cold, against the same call repeated; every
 state's calls interleaved, round by round.
 
-On the EPYC Zen 5 guest (session 50, ``validation/README.md``; 1 thread): the 32 x 16 x 256 ``tn``
-product 4.3 us over its repeated call with its operands cold, 1.7-1.8 with them read; the head's
-``tn`` product 2.4-3.1 us with them read. In the plain captures' steps the heads' weight gradients
+On the EPYC Zen 5 guest (session 50, ``validation/README.md``; 1 thread): the 32 x 16 x 256
+products 4.4-5.8 us over their repeated call with their operands cold, 1.1-1.6 with them read; the
+head's products 2.9-5.4 and 2.3-4.3 us. In the plain captures' steps the heads' weight gradients
 paid 2.6-2.9 us over their loop time.
 
     .venv/bin/python validation/traces/layout_path.py [--threads 1 2] [--rounds 30]
