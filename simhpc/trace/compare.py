@@ -44,6 +44,7 @@ from simhpc.trace.step_ops import (
     transition_before,
 )
 from simhpc.trace.stream_reuse import charge_streams
+from simhpc.trace.trimmed_pages import trimmed_part
 
 UNPREDICTED_KINDS = {
     "compiled": "torch.compile graph: its fused kernels are not recorded op by op (its self time is their work)",
@@ -451,7 +452,8 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
     fresh bytes: they show where a block lands, not that glibc gave the pages there back to the
     system in between (its heap trims). In two surveys of thirty plain captures on a Zen 5 guest
     the events alone found 0.86x the page faults ``getrusage`` counted (median), and the steps
-    read 16.3 / 22.4 % off on average, 11.0 / 17.2 % with these blocks."""
+    read 16.3 / 22.4 % off on average, 11.0 / 17.2 % with these blocks. Of such a block, only the
+    part its events let a trim have given back is charged (:mod:`simhpc.trace.trimmed_pages`)."""
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None:
         return
@@ -464,7 +466,7 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
         fresh = fresh_writes(trace, kernels)
     if not allocator_recorded(trace):
         first_step = trace.steps[0] if trace.memory and trace.steps else None
-        grown = {index: nbytes for index, nbytes in largest_heap_writes(trace, kernels).items()
+        grown = {index: nbytes for index, nbytes in trimmed_part(trace, largest_heap_writes(trace, kernels)).items()
                  if nbytes > fresh.get(index, 0.0)
                  and (first_step is None or trace.ops[index].start >= first_step.start + first_step.duration)}
         fresh.update(grown)
