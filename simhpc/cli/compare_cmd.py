@@ -187,7 +187,8 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
                    "growth and the blocks malloc maps on its own (in the ops' predictions)")
             if comparison.first_touch_basis == EVENTS_AND_HEAP_GROWTH:
                 why += ("; or, where more, each profiled step's blocks of its largest heap size (1 to 32 MiB), "
-                        "which glibc's heap trims put on pages given back to the system, as the events do not show")
+                        "which glibc's heap trims put on pages given back to the system, as the events do not show "
+                        "(the part of each above the heap's lowest top since it was freed)")
         else:
             why = ("tensors of 32 MiB or more, which glibc's malloc maps afresh (in the ops' predictions; a large "
                    "enough free chunk at the heap's top serves one without faults, as what the process freed "
