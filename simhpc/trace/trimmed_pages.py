@@ -77,10 +77,10 @@ def trimmed_part(trace: Trace, largest: dict[int, float]) -> dict[int, float]:
             part[index] = nbytes
             continue
         start = freed[last_free - 1]
-        low = int(np.argmin(top_after[start:position])) + start
-        if end_after[position] - top_after[low] < threshold:
+        lowest_top = top_after[start:position].min()
+        if end_after[position] - lowest_top < threshold:
             continue
-        above = address + nbytes - max(address, top_after[low])
+        above = address + nbytes - max(address, lowest_top)
         if above > 0:
             part[index] = float(min(nbytes, above))
     return part
