@@ -2180,6 +2180,28 @@ def test_a_line_from_the_last_level_cache_costs_its_latency_share_of_memory() ->
     assert without.last_level_latency_share(512 << 10) == 1.0
 
 
+def test_rewrite_points_say_which_share_of_written_lines_a_distance_sends_to_memory() -> None:
+    """The lines are cached (0) up to the farthest point under half way from the nearest point's
+    time to the farthest's, then the time's climb from there to the farthest's (1), over the
+    logarithm of the distance and never falling (a slower nearer point is noise); one thread's
+    points; None without them."""
+    zen2 = load_calibration(COMMITTED.with_name("epyc-zen2.json"))
+    assert zen2.rewrite_memory_share(1 << 20) is None
+    mib = 1 << 20
+    times = {0: 8e-6, mib: 7e-6, 7 * mib: 10e-6, 15 * mib: 11e-6, 31 * mib: 19e-6, 63 * mib: 23e-6, 127 * mib: 27e-6}
+    rows = [{"threads": 1, "since_bytes": since, "bytes": mib, "time_s": time} for since, time in times.items()]
+    rows += [{"threads": 2, "since_bytes": since, "bytes": mib, "time_s": 1e-6} for since in times]
+    measured = dataclasses.replace(zen2, data={**zen2.data, "kernels": {**zen2.data["kernels"], "rewrite": rows}})
+    assert measured.rewrite_memory_share(mib) == 0.0
+    assert measured.rewrite_memory_share(16 * mib) == 0.0  # 11 us: under half way (17.5), the cached level
+    assert measured.rewrite_memory_share(32 * mib) == pytest.approx(8 / 16)
+    assert measured.rewrite_memory_share(math.sqrt(32 * 64) * mib) == pytest.approx(10 / 16)  # by the log
+    assert measured.rewrite_memory_share(1 << 40) == 1.0
+    everywhere = [{**row, "time_s": 9e-6} for row in rows]
+    flat = dataclasses.replace(zen2, data={**zen2.data, "kernels": {**zen2.data["kernels"], "rewrite": everywhere}})
+    assert flat.rewrite_memory_share(1 << 40) == 0.0
+
+
 def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> None:
     """A calibration with ``recurrent`` points times an LSTM layer (either pass) at the measured
     time of its shape; without them, from its products and gates."""

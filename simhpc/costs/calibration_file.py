@@ -14,7 +14,7 @@ A JSON object::
      "kernels": {"gemm": [rows], "gemm_cold": [...], "attention": [...], "recurrent": [...], "elementwise": [...],
                  "reduction": [...], "bandwidth": [...],
                  "permute": [...], "transpose": [...], "conv": [...], "framework": [...], "latency": [...],
-                 "stencil": [...], "hash_probe": [...]}}
+                 "stencil": [...], "hash_probe": [...], "rewrite": [...]}}
 
 Every row is one measured point: its shape and the median time (``time_s``, per call; per
 lookup for ``hash_probe``; ``latency_s`` per load for ``latency``) with its spread. All
@@ -84,6 +84,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "hash_probe": {"variant": str, "table_bytes": int, "lines_per_probe": float, "time_s": float},
     "first_touch": {"threads": int, "pages": int, "page_bytes": int, "time_s": float},
     "unmap": {"threads": int, "pages": int, "page_bytes": int, "time_s": float},
+    "rewrite": {"threads": int, "bytes": int, "time_s": float},
     "dispatch": {"what": str, "threads": int, "time_s": float},
 }
 """Fields every row of each kernel section must have (numbers > 0)."""
@@ -152,6 +153,29 @@ class Calibration:
         window = self.effective_cache_bytes()
         held = sorted(row["latency_s"] for row in self.rows("latency") if private_bytes < row["bytes"] <= window)
         return min(1.0, held[len(held) // 2] / self.derived["memory_latency"]) if held else 1.0
+
+    def rewrite_memory_share(self, distance: float) -> float | None:
+        """The share of a write's lines fetched from memory when they were last written
+        ``distance`` bytes of traffic before, from the ``rewrite`` points
+        (``validation/microbench/rewrite.py``; one thread's, where lines stay does not depend on
+        how many write them): 0 up to the farthest point still under half way from the nearest
+        point's time to the farthest's (the lines are cached there, at whatever level: a product
+        writing them hides a last-level cache's latency, not memory's), then where the time lies
+        between that point's and the farthest's, interpolated over the logarithm of the distance
+        and never falling. None without the points."""
+        rows = self.rows("rewrite")
+        if not rows:
+            return None
+        fewest = min(int(row["threads"]) for row in rows)
+        points = sorted((row.get("since_bytes", 0) + row["bytes"], row["time_s"] / row["bytes"])
+                        for row in rows if int(row["threads"]) == fewest)
+        times = np.maximum.accumulate([time for _, time in points])
+        far = float(times[-1])
+        cached = float(times[times < (times[0] + far) / 2][-1]) if times[0] < far else far
+        if far <= cached:
+            return 0.0
+        at = float(np.interp(np.log(max(distance, 1.0)), [np.log(d) for d, _ in points], times))
+        return min(1.0, max(0.0, (at - cached) / (far - cached)))
 
     def gemm_backends(self) -> list[str]:
         """GEMM backends measured (``blas`` of the GEMM rows; ``numpy`` where absent), in a fixed order."""

@@ -134,6 +134,17 @@ double bw_triad(double *restrict a, const double *restrict b, const double *rest
     return now() - t0;
 }
 
+/* ---- rewrite: stores into lines written before ------------------------------------- */
+
+/* Store into every float of c once (one thread: where written lines stay does not depend on how
+ * many threads wrote them). */
+double store_lines(float *restrict c, long n) {
+    double t0 = now();
+#pragma omp simd
+    for (long i = 0; i < n; i++) c[i] = (float)i;
+    return now() - t0;
+}
+
 /* ---- pointer chase: latency of dependent loads, one per 64-byte line --------------- */
 
 typedef struct line { struct line *next; char pad[64 - sizeof(void *)]; } line_t;

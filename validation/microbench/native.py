@@ -38,6 +38,7 @@ SIGNATURES: dict[str, tuple[object, ...]] = {
     **{f"red_{op}_{t}": (_F, _L, _I, _I, ctypes.POINTER(_D)) for op in ("sum", "max") for t in ("f32", "f64")},
     "bw_copy": (_F, _F, _L, _I, _I),
     "bw_triad": (_F, _F, _F, _L, _I, _I),
+    "store_lines": (_F, _L),
     "chase_latency": (_L, _L, _U),
     "chase_latency_on": (_I, _L, _L, _U),
     "clock_probe": (_L, _I),

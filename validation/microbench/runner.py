@@ -26,6 +26,7 @@ from . import (
     pages,
     permute,
     recurrent,
+    rewrite,
     stencil,
     streams,
     timing,
@@ -33,7 +34,7 @@ from . import (
 from .timing import FULL, QUICK, Budget
 from .watches import L1Watch, PeerWatch
 
-SUITE_VERSION = 40
+SUITE_VERSION = 41
 """Bumped whenever a kernel or its accounting changes: older calibration files are then stale."""
 
 Progress = Callable[[str], None]
@@ -232,6 +233,9 @@ def plan(cores: int, llc_bytes: float, quick: bool = False, native_half: Sequenc
             tasks.append(Task("first_touch", f"first touch {t}t {size} B", call))
         tasks.append(Task("unmap", f"unmap {t}t {pages.FIRST_TOUCH_BYTES} B",
                           partial(pages.measure_unmap, t, budget)))
+    for since in rewrite.SINCE_BYTES:
+        call = partial(rewrite.measure_rewrite, since, budget)
+        tasks.append(Task("rewrite", f"rewrite after {since} B", call))
     for size in latency.chase_sizes(llc_bytes, quick):
         tasks.append(Task("latency", f"pointer chase {size} B", partial(latency.measure_chase, size, repeats)))
     for t in threads:
