@@ -77,6 +77,15 @@ Inside a training step a product finds neither state: what ran since decides how
   2-thread CNNs 20.9 -> 18.7 % (Xeon), 13.2 -> 10.5 % (Zen 4), 29.0 -> 21.2 % (Xeon SPR) but 7.3
   -> 11.8 % (Zen 5), the 2-thread bf16 MLPs 8.3 -> 6.7 % (Zen 4) and 30.2 -> 33.0 % (Zen 5); no
   1-thread product moved.
+  Where the calibration has ``rewrite`` points (suite 41) they say where a block's lines are
+  instead of the private caches' size: the share its distance (the bytes since its free, and its
+  own) sends to memory, over the share at its loop's distance (its own bytes: a product larger
+  than its private caches pays too, where its block was freed past the last-level cache), and the
+  other cores' share of the lines still cached. On the EPYC Zen 5 guest written lines leave the
+  32 MiB L3 at 16-32 MiB of traffic, and the CNN classifier's input gradient, its block freed 1.2
+  MiB before, took 55-58 us at 2 threads whether written up to 16 MiB before or just before
+  (84 us past 64 MiB), where the private caches' rule charged its whole 1 MiB at the memory's
+  bandwidth (validation/README.md, session 51).
 
 On the committed captures this took the CNN's GEMM MAPE (its 64 x 4096 x 10 classifier) from
 28.2 / 19.1 % to 9.4 / 17.3 % on the Zen 2 guest and from 21.1 / 49.4 % to 27.5 / 22.4 % on the
@@ -89,7 +98,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes, vector_side
@@ -115,9 +124,10 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
         return
     core_private = private_cache(model)
     private = core_private * threads  # the private caches of the product's cores
-    window = efficiency.calibration.effective_cache_bytes()
+    calibration = efficiency.calibration
+    window = calibration.effective_cache_bytes()
     elsewhere = (threads - 1) / threads  # of a cached operand: in another core's private cache
-    from_last_level = efficiency.calibration.last_level_latency_share(core_private)
+    from_last_level = calibration.last_level_latency_share(core_private)
     read: list[tuple[float, set[int], bool]] = []  # (bytes moved by an op's end, its inputs' element counts,
     # whether it ran on one thread)
     ends: list[tuple[float, float]] = []  # (when an op ended, bytes moved by then)
@@ -148,7 +158,8 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
                 share = min(1.0, (brought - last_brought) / private)
                 layout_share = min(1.0, since_layout / private)
             last_vector_path = path
-            output = _fetched_output_bytes(p.op, kernel, blocks, ends, moved, private, elsewhere)
+            output = _fetched_output_bytes(p.op, kernel, blocks, ends, moved, private, elsewhere,
+                                           calibration.rewrite_memory_share)
             seconds = in_step(kernel, threads, share, cold_bytes, layout_share, output, alone)
             if seconds is not None:
                 p.predicted_s = seconds
@@ -207,21 +218,36 @@ def _bytes_brought(op: Any, kernel: Kernel, read: list[tuple[float, set[int], bo
 
 
 def _fetched_output_bytes(op: Any, kernel: Gemm, blocks: BlockHistory | None, ends: list[tuple[float, float]],
-                          moved: float, held: float, elsewhere: float) -> float:
-    """The bytes of a product's output lines fetched before they are written, for a product whose
-    operands fit in ``held`` (a larger one streamed its output in the calibration's loop too: 0):
-    all of them when its block was freed more than ``held`` bytes before (``ends``: the earlier
-    ops' end times and the bytes moved by then; known only from memory events), else the
-    ``elsewhere`` share, the lines in another of its cores' caches (see the module docstring)."""
-    if kernel.bytes() > held:
-        return 0.0
+                          moved: float, held: float, elsewhere: float,
+                          memory_share: Callable[[float], float | None]) -> float:
+    """The bytes of a product's output lines fetched before they are written.
+
+    With the calibration's ``rewrite`` points (``memory_share``: the share of lines written a
+    given distance before that come from memory): the share its block's distance (the bytes moved
+    since it was freed, and its own; known only from memory events, else the loop's) gives over
+    the share at the distance its calibration loop rewrote them (its own bytes), plus, for a
+    product whose bytes fit in ``held`` (its loop kept its output there), the ``elsewhere`` share of
+    the lines still cached (in another of its cores' caches; see the module docstring).
+
+    Without them (older calibrations), for a product whose operands fit in ``held`` (a larger
+    one streamed its output in the calibration's loop too: 0): all of them when its block was
+    freed more than ``held`` bytes before (``ends``: the earlier ops' end times and the bytes
+    moved by then), else the ``elsewhere`` share."""
     size = kernel.outputs() * dtype_bytes(kernel.dtype)
     freed = blocks.reused_since(op.start, op.end, size) if blocks else None
+    since = None
     if freed is not None:
         before = bisect.bisect_right(ends, (freed, math.inf))
         since = moved - (ends[before - 1][1] if before else 0.0)
-        if since + size > held:
-            return size
+    loop = memory_share(kernel.bytes())
+    if loop is not None:
+        step = memory_share(since + size) if since is not None else loop
+        cached = elsewhere * (1.0 - step) if kernel.bytes() <= held else 0.0
+        return size * (max(0.0, step - loop) + cached)
+    if kernel.bytes() > held:
+        return 0.0
+    if since is not None and since + size > held:
+        return size
     return elsewhere * size
 
 
