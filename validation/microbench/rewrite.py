@@ -11,8 +11,8 @@ its level past every cache locates the distance at which written lines leave the
 :mod:`simhpc.trace.product_reuse`).
 
 Written lines, not the pointer chase's read ones: a cache may keep them otherwise. On the 2-core
-EPYC Zen 5 guest (32 MiB L3) the 1 MiB write took 8-10.5 us with up to 16 MiB of traffic, then
-17-24 us; the CNN classifier's input gradient (a 1 MiB output) took 132 us at 1 thread with its
+EPYC Zen 5 guest (32 MiB L3) the 1 MiB write took 7.5-10.5 us with up to 16 MiB of traffic, then
+14-24 us; the CNN classifier's input gradient (a 1 MiB output) took 132 us at 1 thread with its
 output last written up to 16 MiB before and 162 us past 64 MiB (at 2 threads 55-58 and 84 us;
 ``validation/README.md``, session 51).
 """
