@@ -254,7 +254,7 @@ def _check_optional_fields(row: Mapping[str, Any], section: str, source: str, wh
     for key in ("step_bytes", "round_trip_s", "l1_probe_s"):  # the probes: was a point measured far apart, shared
         if key in row:
             _check_number(row[key], source, f"{where}.{key}")
-    for key in ("graph_nodes", "parameters"):  # a training loop's medians per step
+    for key in ("graph_nodes", "parameters", "product_extra_s"):  # a training loop's medians per step; a probe's
         value = row.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise _fail(source, f"{where}.{key}", f"expected a number >= 0, got {value!r}")

@@ -25,11 +25,11 @@ from simhpc.costs.calibration_file import PROBE_NUMBERS, Calibration, Calibratio
 
 MEASUREMENT_FIELDS = frozenset(
     {"time_s", "spread_s", "min_s", "samples", "calls_per_sample", "rounds", "latency_s", "steps", "warm_s",
-     "l1_probe_s", "round_trip_s", "backend", "probe_ops"}
+     "l1_probe_s", "round_trip_s", "backend", "probe_ops", "product_extra_s"}
 )
 """Row fields that are measurements, not the point's identity (nor are rates, ``*_per_s``): a
 convolution's ``backend`` is what torch picked when it was timed, ``evicted_call``'s ``probe_ops``
-the probe's ops its evicting step did not run."""
+the probe's ops its evicting step did not run (and its ``product_extra_s`` the probe's product's own cost)."""
 
 
 def row_identity(row: dict[str, Any]) -> str:

@@ -234,10 +234,10 @@ EVICTING_FILL_BYTES = 128 << 20
 simhpc is calibrated on (32 MiB on the EPYC guests), whatever the network moved."""
 
 
-def _evicting_step() -> Callable[[], None]:
+def _evicting_step(fill: bool = True) -> Callable[[], None]:
     """A training step of a small CNN (two 3 x 3 convolutions, ReLU, max pooling, a mean over
-    the image, cross-entropy, SGD) and a fill of ``EVICTING_FILL_BYTES``: its own code and data,
-    as the rest of a real training step runs between two calls of a once-a-step op."""
+    the image, cross-entropy, SGD) and, with ``fill``, a fill of ``EVICTING_FILL_BYTES``: its own
+    code and data, as the rest of a real training step runs between two calls of a once-a-step op."""
     import torch
     from torch import nn
 
@@ -246,7 +246,7 @@ def _evicting_step() -> Callable[[], None]:
                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
     images, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 64, (32,))
-    fill = torch.empty(EVICTING_FILL_BYTES // 4)
+    fill = torch.empty(EVICTING_FILL_BYTES // 4 if fill else 0)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -275,10 +275,10 @@ def _probe() -> Callable[[], None]:
 
 
 @cache
-def _probe_self_times(evict: bool) -> tuple[list[str], list[list[float]], set[str]]:
+def _probe_self_times(evict: bool, fill: bool = True) -> tuple[list[str], list[list[float]], set[str]]:
     """(the probe's ops by name, in call order; per op, its self times over the calls; the names
     of the ops run outside the probe) of ``EVICTED_CALLS`` profiled probe calls, each after an
-    evicting step (``evict``) or right after the one before."""
+    evicting step (``evict``; with its fill or not, ``fill``) or right after the one before."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -286,7 +286,7 @@ def _probe_self_times(evict: bool) -> tuple[list[str], list[list[float]], set[st
     from simhpc.trace.step_ops import FRAMEWORK_KINDS
 
     probe = _probe()
-    evicting = _evicting_step() if evict else (lambda: None)
+    evicting = _evicting_step(fill) if evict else (lambda: None)
     with torch_threads(1):
         for _ in range(3):
             evicting()
@@ -315,12 +315,22 @@ def _probe_self_times(evict: bool) -> tuple[list[str], list[list[float]], set[st
     return names, [[call[i].self_time for call in same] for i in range(len(names))], outside
 
 
+PROBE_PRODUCT = "aten::addmm"
+"""The probe's BLAS product: its own extra is the ``product_extra_s`` of ``evicted_call``."""
+
+
 def measure_evicted_call() -> dict:
     """``evicted_call``: what an ATen call whose code a training step evicted takes over the same
     call repeated (its self time: its dispatch, autograd's bookkeeping, the profiler's record and
     the start of its kernel): the mean over the probe's ops of their median differences, with
     their spread (half the IQR of the differences) and the ops it was taken over (``probe_ops``:
-    those the evicting step does not run too; the others' code it leaves in cache)."""
+    those the evicting step does not run too; the others' code it leaves in cache). And
+    ``product_extra_s``, the probe's product's own difference after the network's step alone (no
+    fill): the first BLAS call after the other kernels of a step fetches the library's code as
+    well as its own (on the EPYC Zen 5 guest a tiny ``addmm`` 34-36 us over its 2 us repeated,
+    54-58 us after the fill too, where the probe ops' mean is 9-10 / 14-15 us; a real step's
+    classifier head after convolutions paid 25-35 us more than after a tiny product,
+    ``validation/README.md``, session 52)."""
     names, cold, outside = _probe_self_times(True)
     warm_names, warm, _ = _probe_self_times(False)
     if names != warm_names:
@@ -328,6 +338,12 @@ def measure_evicted_call() -> dict:
     kept = [i for i, name in enumerate(names) if name not in outside]
     extras = [statistics.median(cold[i]) - statistics.median(warm[i]) for i in kept]
     quartiles = statistics.quantiles(extras, n=4) if len(extras) > 1 else [0.0, 0.0, 0.0]
-    return {"library": "torch", "what": "evicted_call", "threads": 1, "time_s": max(0.0, statistics.mean(extras)),
-            "spread_s": (quartiles[2] - quartiles[0]) / 2, "samples": len(cold[0]) if cold else 0,
-            "probe_ops": [names[i] for i in kept]}
+    row = {"library": "torch", "what": "evicted_call", "threads": 1, "time_s": max(0.0, statistics.mean(extras)),
+           "spread_s": (quartiles[2] - quartiles[0]) / 2, "samples": len(cold[0]) if cold else 0,
+           "probe_ops": [names[i] for i in kept]}
+    if PROBE_PRODUCT in row["probe_ops"]:
+        step_names, step_cold, _ = _probe_self_times(True, fill=False)
+        if step_names == names:
+            at = names.index(PROBE_PRODUCT)
+            row["product_extra_s"] = max(0.0, statistics.median(step_cold[at]) - statistics.median(warm[at]))
+    return row
