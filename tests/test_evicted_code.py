@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from simhpc.costs.calibration_file import host_specs
+from simhpc.costs.calibration import CalibratedEfficiency
+from simhpc.costs.calibration_file import host_specs, load_calibration, validate
 from simhpc.costs.model import CostModel
+from simhpc.hardware.host import COMMITTED_CALIBRATION
 from simhpc.trace.compare import compare_trace
 from simhpc.trace.readers import parse_trace
 from tests.test_compare import _cpu_op, _with_dispatch
@@ -70,3 +74,40 @@ def test_tensors_of_one_shape_count_as_distinct_where_the_allocator_placed_them_
     for memory, charged in (([], 0.0), (blocks, EVICTED)):
         ops = _charges(events + memory)
         assert [charge for name, charge, _ in ops if name == "aten::tanh"] == [0.0, charged]
+
+
+def _product_charges(events: list[dict], product_extra: float | None) -> list[tuple[str, float]]:
+    """(name, evicted-code charge) of each op of a compare of ``events`` against the committed
+    calibration's cold products, with ``COSTS`` as its dispatch points and, where given,
+    ``product_extra`` as the probe product's own ``product_extra_s``."""
+    data = json.loads(COMMITTED_CALIBRATION.read_text(encoding="utf-8"))
+    data["kernels"]["dispatch"] = [dict(row) for row in COSTS]
+    if product_extra is not None:
+        data["kernels"]["dispatch"][1]["product_extra_s"] = product_extra
+    efficiency = CalibratedEfficiency(validate(data, "cal.json"), blas="torch", cache="cold")
+    cpu, _ = host_specs(efficiency.calibration)
+    result = compare_trace(parse_trace({"traceEvents": events}, "evicted"), CostModel(efficiency), cpu, 1)
+    return [(p.op.name, p.evicted_code_s) for p in sorted(result.predictions, key=lambda p: p.op.start)]
+
+
+def test_the_first_product_after_the_step_evicted_the_blas_pays_the_probe_product_less_the_cold_constant() -> None:
+    """A classifier's forward ``addmm`` after relus over twice the last-level cache pays the probe
+    product's ``product_extra_s`` less one thread's cold call constant, instead of ``evicted_call``;
+    its input gradient right after it (an ``mm`` whose name last ran a trace before) finds the
+    library warm and pays ``evicted_call``; its weight gradient right after that, nothing. Without
+    ``product_extra_s`` the forward product pays ``evicted_call`` as before; with one under the
+    constant, nothing over that constant."""
+
+    relus = _sweep(100, distinct=True)
+    end = relus[-1]["ts"]
+    head = [_cpu_op("aten::addmm", end + 10, [[10], [16, 48], [48, 10]]),
+            _cpu_op("aten::mm", end + 20, [[16, 10], [10, 48]]),
+            _cpu_op("aten::mm", end + 30, [[10, 16], [16, 48]])]
+    constant, _ = CalibratedEfficiency(load_calibration(COMMITTED_CALIBRATION), blas="torch",
+                                       cache="cold").cold_call_parts(1)
+    product_extra = constant + 30e-6
+    charged = [c for name, c in _product_charges([*relus, *head], product_extra) if name != "aten::relu"]
+    assert charged == [pytest.approx(30e-6), pytest.approx(EVICTED), 0.0]
+    for extra in (None, constant / 2):
+        charged = [c for name, c in _product_charges([*relus, *head], extra) if name != "aten::relu"]
+        assert charged == [pytest.approx(EVICTED if extra is None else 0.0), pytest.approx(EVICTED), 0.0]

@@ -180,6 +180,9 @@ class CalibratedEfficiency:
         """Per thread count: the logarithms of the buffers' bytes, ascending, and a page's seconds in each."""
         self._unmap_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("unmap")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
+        for row in cal.rows("dispatch"):
+            if row["what"] == "evicted_call" and "product_extra_s" in row:
+                self._dispatch_s["evicted_product"] = row["product_extra_s"]
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
             if "step_bytes" in row:
@@ -358,7 +361,8 @@ class CalibratedEfficiency:
     def framework_overhead_s(self, what: str) -> float:
         """The profiled framework cost ``what`` (``no_kernel_op``: the self time of an op that
         computes nothing; ``call_gap`` / ``engine_gap``: the time between two top-level ops that
-        Python / the autograd engine calls); 0 without ``dispatch`` points."""
+        Python / the autograd engine calls; ``evicted_call`` and its probe product's own
+        ``evicted_product``); 0 without ``dispatch`` points."""
         return self._dispatch_s.get(what, 0.0)
 
     def framework_transition_s(self, what: str, work: Any) -> float | None:

@@ -20,6 +20,16 @@ trace has memory events, the blocks allocated, one per address. The first misses
 activations of one shape, each kept for the backward in a block of its own (a ResNet's), the second
 the tensors no op allocates in the step (weights). The trace is taken as periodic: an op's first
 call in it follows its last one, as the step before the trace ran like the steps in it.
+
+A BLAS product also finds the library's own code evicted when as many distinct bytes passed since
+the last product (of any name): the first product after a step's other kernels pays the probe's
+product's own extra (``product_extra_s``, measured after the probe's network step alone) instead of
+the mean, less the cold call's constant its prediction holds already
+(:meth:`~simhpc.costs.calibration.CalibratedEfficiency.cold_call_parts`, one thread's, as the probe
+ran). On the EPYC Zen 5 guest a CNN's classifier ``addmm`` took 25-35 us less at 1 and 2 threads
+with a tiny product run just before it, and no less with an elementwise op there; the probe's
+``addmm`` paid 34-40 us after the network's step, 54-58 us after the fill too (``validation/README.md``,
+session 52). A product right after another one finds the library's code warm and pays the mean.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from simhpc.costs.kernels import Kernel, dtype_bytes
+from simhpc.costs.kernels import Gemm, Kernel, dtype_bytes
 from simhpc.costs.model import CostModel
 from simhpc.costs.opnames import base_name
 from simhpc.trace.framework_costs import last_level_cache, overhead_of, tensor_bytes
@@ -39,13 +49,15 @@ from simhpc.trace.readers import MemoryEvent
 def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Sequence[MemoryEvent] = ()) -> None:
     """Add the calibration's ``evicted_call`` cost to every modelled op (``OpPrediction``s, any
     order) whose code the distinct bytes touched since its name last ran evicted (see the module
-    docstring); a kernel-free op then costs the warm dispatch cost plus it. Nothing changes
+    docstring); a kernel-free op then costs the warm dispatch cost plus it, and the first BLAS
+    product after the library's code was evicted its probe product's cost instead. Nothing changes
     without the point."""
     extra = overhead_of(model)("evicted_call")
     cache = last_level_cache(model)
     if not extra or math.isinf(cache):
         return
     warm = overhead_of(model)("no_kernel_op")
+    product_extra = _product_extra(model)
     ordered = sorted((p for p in predictions if p.modelled), key=lambda p: (p.op.start, p.op.index))
     tensors = [_tensors(p.op, p.kernel) for p in ordered]
     allocations = [event for event in memory if event.size > 0]
@@ -53,6 +65,11 @@ def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Se
     by_shape, by_block = _RecentTensors(2 * len(ordered)), _RecentTensors(2 * len(ordered))
     last_call: dict[str, tuple[int, float]] = {}  # name -> (when, the bytes moved by then)
     moved = 0.0  # an upper bound of the distinct bytes, cheap to test first
+
+    def evicted_since(before: tuple[int, float] | None) -> bool:
+        return (before is not None and moved - before[1] > cache
+                and max(by_shape.since(before[0]), by_block.since(before[0])) > cache)
+
     for lap in range(2):  # the first lap only sets up the state the trace's end leaves
         applied = 0
         for position, (prediction, touched) in enumerate(zip(ordered, tensors, strict=True)):
@@ -62,16 +79,41 @@ def charge_evicted_code(predictions: Sequence[Any], model: CostModel, memory: Se
                 moved += event.size
             applied = allocated_by[position]
             name = base_name(prediction.op.name)
-            before = last_call.get(name)
-            if (lap and before is not None and moved - before[1] > cache
-                    and max(by_shape.since(before[0]), by_block.since(before[0])) > cache):
+            product = _blas_product(prediction.kernel)
+            if lap and product and product_extra is not None and evicted_since(last_call.get(PRODUCTS)):
+                charge = product_extra
+            elif lap and evicted_since(last_call.get(name)):
                 charge = extra if prediction.kernel is not None else warm + extra - prediction.predicted_s
+            else:
+                charge = 0.0
+            if charge:
                 prediction.predicted_s += charge
                 prediction.evicted_code_s = charge
             last_call[name] = (when, moved)
+            if product:
+                last_call[PRODUCTS] = (when, moved)
             for key, nbytes in touched:
                 by_shape.touch(key, nbytes, when)
                 moved += nbytes
+
+
+PRODUCTS = "BLAS products"
+"""The key under which :func:`charge_evicted_code` records the last product of any name."""
+
+
+def _blas_product(kernel: Kernel | None) -> bool:
+    """Whether ``kernel`` is a product the BLAS runs (not a convolution's)."""
+    return isinstance(kernel, Gemm) and not kernel.conv
+
+
+def _product_extra(model: CostModel) -> float | None:
+    """What the first product after the library's code was evicted pays over its prediction: the
+    calibration's ``evicted_product`` less one thread's cold call constant; None without either."""
+    extra = overhead_of(model)("evicted_product")
+    parts = getattr(model.efficiency, "cold_call_parts", lambda threads: None)(1)
+    if not extra or parts is None:
+        return None
+    return max(0.0, extra - parts[0])
 
 
 def _tensors(op: Any, kernel: Kernel | None) -> list[tuple[Any, float]]:
