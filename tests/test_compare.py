@@ -1077,10 +1077,20 @@ def test_captures_from_two_processes_align_by_thread_order(tmp_path: Path) -> No
 
 
 def test_compare_needs_framework_ops(tmp_path: Path) -> None:
+    """A trace of no framework ops is one error line; where its ops were there but malformed (every
+    ``dur`` a string), the line counts the events not read and says why."""
     path = tmp_path / "sim.json"
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fwd", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
     result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
-    assert result.exit_code == 2 and "--against" in result.output
+    assert result.exit_code == 2 and "--against" in result.output and "not read" not in result.output
+    events = _events()
+    ops = [event for event in events if event.get("cat") == "cpu_op"]
+    for event in ops:
+        event["dur"] = "abc"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{len(ops)} X event without a numeric ts/dur" in " ".join(result.output.split())
 
 
 def test_compare_needs_recorded_shapes(tmp_path: Path) -> None:

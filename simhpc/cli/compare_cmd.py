@@ -434,6 +434,8 @@ def command(
     if not any(op.kind in FRAMEWORK_KINDS for op in trace.ops):
         what = ("a torch.profiler export that recorded no ops" if trace.format == "torch.profiler"
                 else "a torch.profiler export with record_shapes=True is expected")
+        unread = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items()))
+        what += f"; events not read: {unread}" if unread else ""
         raise CompareError(f"{measured}: no framework ops found ({what}); to align two timelines use --against")
     on_device = [op for op in trace.ops if op.category in DEVICE_CATEGORIES]
     if on_device:
