@@ -1294,7 +1294,7 @@ def test_microbench_training_step_transitions_grow_with_what_the_step_moves() ->
 def test_the_first_product_after_a_training_step_pays_more_than_the_probe_ops_mean() -> None:
     """``evicted_call`` records the probe's product's own extra after the network's step
     (``product_extra_s``): the BLAS's code is fetched again besides the op's own, more than the
-    probe's ops take on average even with the fill (34-40 against 9-15 us on the EPYC Zen 5 guest)."""
+    probe's ops take on average even with the fill (29-40 against 9-15 us on the EPYC Zen 5 guest)."""
     from simhpc.costs.benchsuite import load_submodule
 
     pytest.importorskip("torch")

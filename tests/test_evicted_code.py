@@ -97,7 +97,6 @@ def test_the_first_product_after_the_step_evicted_the_blas_pays_the_probe_produc
     library warm and pays ``evicted_call``; its weight gradient right after that, nothing. Without
     ``product_extra_s`` the forward product pays ``evicted_call`` as before; with one under the
     constant, nothing over that constant."""
-
     relus = _sweep(100, distinct=True)
     end = relus[-1]["ts"]
     head = [_cpu_op("aten::addmm", end + 10, [[10], [16, 48], [48, 10]]),

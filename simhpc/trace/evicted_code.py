@@ -28,7 +28,7 @@ the mean, less the cold call's constant its prediction holds already
 (:meth:`~simhpc.costs.calibration.CalibratedEfficiency.cold_call_parts`, one thread's, as the probe
 ran). On the EPYC Zen 5 guest a CNN's classifier ``addmm`` took 25-35 us less at 1 and 2 threads
 with a tiny product run just before it, and no less with an elementwise op there; the probe's
-``addmm`` paid 34-40 us after the network's step, 54-58 us after the fill too (``validation/README.md``,
+``addmm`` paid 29-40 us after the network's step, 54-58 us after the fill too (``validation/README.md``,
 session 52). A product right after another one finds the library's code warm and pays the mean.
 """
 

@@ -234,9 +234,9 @@ EVICTING_FILL_BYTES = 128 << 20
 simhpc is calibrated on (32 MiB on the EPYC guests), whatever the network moved."""
 
 
-def _evicting_step(fill: bool = True) -> Callable[[], None]:
+def _evicting_step(with_fill: bool = True) -> Callable[[], None]:
     """A training step of a small CNN (two 3 x 3 convolutions, ReLU, max pooling, a mean over
-    the image, cross-entropy, SGD) and, with ``fill``, a fill of ``EVICTING_FILL_BYTES``: its own
+    the image, cross-entropy, SGD) and, ``with_fill``, a fill of ``EVICTING_FILL_BYTES``: its own
     code and data, as the rest of a real training step runs between two calls of a once-a-step op."""
     import torch
     from torch import nn
@@ -246,7 +246,7 @@ def _evicting_step(fill: bool = True) -> Callable[[], None]:
                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
     images, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 64, (32,))
-    fill = torch.empty(EVICTING_FILL_BYTES // 4 if fill else 0)
+    fill = torch.empty(EVICTING_FILL_BYTES // 4 if with_fill else 0)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -327,7 +327,7 @@ def measure_evicted_call() -> dict:
     those the evicting step does not run too; the others' code it leaves in cache). And
     ``product_extra_s``, the probe's product's own difference after the network's step alone (no
     fill): the first BLAS call after the other kernels of a step fetches the library's code as
-    well as its own (on the EPYC Zen 5 guest a tiny ``addmm`` 34-36 us over its 2 us repeated,
+    well as its own (on the EPYC Zen 5 guest a tiny ``addmm`` 29-40 us over its 2 us repeated,
     54-58 us after the fill too, where the probe ops' mean is 9-10 / 14-15 us; a real step's
     classifier head after convolutions paid 25-35 us more than after a tiny product,
     ``validation/README.md``, session 52)."""
