@@ -180,13 +180,12 @@ class CalibratedEfficiency:
         """Per thread count: the logarithms of the buffers' bytes, ascending, and a page's seconds in each."""
         self._unmap_s = {row["threads"]: row["time_s"] / row["pages"] for row in cal.rows("unmap")}
         self._dispatch_s = {row["what"]: row["time_s"] for row in cal.rows("dispatch") if "step_bytes" not in row}
-        for row in cal.rows("dispatch"):
-            if row["what"] == "evicted_call" and "product_extra_s" in row:
-                self._dispatch_s["evicted_product"] = row["product_extra_s"]
         transition_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in cal.rows("dispatch"):
             if "step_bytes" in row:
                 transition_rows[row["what"]].append(row)
+            elif row["what"] == "evicted_call" and "product_extra_s" in row:
+                self._dispatch_s["evicted_product"] = row["product_extra_s"]
         self._transitions = {what: TransitionCurves.from_rows(what, rows) for what, rows in transition_rows.items()}
         """A training step's framework transitions, from the profiled training loops."""
         self._page_bytes = min((row["page_bytes"] for row in cal.rows("first_touch")), default=4096)
