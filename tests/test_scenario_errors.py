@@ -242,6 +242,18 @@ def test_directory_and_missing_file(tmp_path: Path):
         assert expected in result.stderr
 
 
+def test_broken_and_looping_links_say_so(tmp_path: Path):
+    """A dangling link names its target; a link loop is not reported as a missing file."""
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "gone.yaml")
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    for name, expected in (("dangling.yaml", f"broken symbolic link (to {tmp_path / 'gone.yaml'})"),
+                           ("a.yaml", "cannot read: Too many levels of symbolic links")):
+        result = CliRunner().invoke(main, ["run", str(tmp_path / name)])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == f"error: {tmp_path / name}: {expected}"
+
+
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_pipes_and_devices_are_refused_before_reading(tmp_path: Path, special: str):
     """A FIFO without a writer would block the read for ever; /dev/zero would never end."""

@@ -6,6 +6,7 @@ Every user mistake becomes a :class:`~simhpc.errors.ScenarioError` reading
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,13 @@ def read_yaml(path: str | Path, kind: str = "scenario") -> dict[str, Any]:
     (``kind``: what the file holds, as the errors name it)."""
     source = str(path)
     file = Path(path)
-    if not file.exists():
-        raise ScenarioError(source, "", "no such file")
+    try:
+        file.stat()
+    except FileNotFoundError:
+        missing = f"broken symbolic link (to {os.readlink(file)})" if file.is_symlink() else "no such file"
+        raise ScenarioError(source, "", missing) from None
+    except OSError as error:  # a symlink loop, a path through a file, no permission
+        raise ScenarioError(source, "", f"cannot read: {error.strerror}") from None
     if file.is_dir():
         raise ScenarioError(source, "", f"is a directory, expected a {kind} file (.yaml)")
     if not file.is_file():
