@@ -176,3 +176,11 @@ def test_a_grouped_order_that_deadlocks_on_a_custom_map_says_so():
 def test_a_sequence_longer_than_berts_positions_names_seq_len():
     with pytest.raises(ScenarioError, match=r"workload\.seq_len: .*512"):
         run("pipeline_bert_base.yaml", "{kind: 1f1b}", ("workload.seq_len=1000",))
+
+
+@pytest.mark.parametrize(("model_file", "field", "other"), [("pipeline_resnet50.yaml", "seq_len", "image_size"),
+                                                           ("pipeline_bert_base.yaml", "image_size", "seq_len")])
+def test_an_input_size_the_model_does_not_take_is_refused(model_file: str, field: str, other: str):
+    """A ResNet ignores seq_len and BERT image_size: setting one is a mistake, not a no-op."""
+    with pytest.raises(ScenarioError, match=rf"workload\.{field}: .*remove {field} \({other} sets the input\)"):
+        run(model_file, "{kind: 1f1b}", (f"workload.{field}=64",))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from simhpc.models import CONVNETS, TRANSFORMERS
 from simhpc.models.bert import MAX_POSITIONS
@@ -53,6 +53,22 @@ class PipelineTrainingConfig(Strict):
     """Bidirectional schedules: exchange the gradients of the two copies of each stage."""
     iterations: Annotated[int, Field(gt=0, le=1000, strict=True)] = 1
     """Iterations to simulate (at most 1000: each replays the whole op list)."""
+
+    @field_validator("seq_len")
+    @classmethod
+    def _seq_len_is_for_transformers(cls, seq_len: int, info: ValidationInfo) -> int:
+        model = info.data.get("model")
+        if model in CONVNETS:
+            raise ValueError(f"{model} takes images, not sequences: remove seq_len (image_size sets the input)")
+        return seq_len
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size_is_for_convnets(cls, image_size: int, info: ValidationInfo) -> int:
+        model = info.data.get("model")
+        if model in TRANSFORMERS:
+            raise ValueError(f"{model} takes sequences, not images: remove image_size (seq_len sets the input)")
+        return image_size
 
 
 def bytes_per_param(dtype: str, optimizer: str) -> float:
