@@ -139,15 +139,15 @@ def test_a_plain_trace_gives_back_by_heap_trims_every_page_its_steps_write_fresh
     steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
               "cat": "user_annotation"} for n in (2, 3)]
     gelus = [_op("aten::gelu", ts, 500, [SHAPE]) for ts in (100, 100_100)]
-    # the same block in both steps: the second step's, its step's largest, is charged as the heap's
-    # growth (a trim may have given its pages back); the first step's pages may have served before
+    # the same block in both steps, its step's largest: charged as the heap's growth in each (a trim
+    # may have given its pages back, before the first profiled step too)
     memory = [_memory(ts, HEAP + 128, size) for ts, size in ((150, BYTES), (700, -BYTES), (100_150, BYTES),
                                                               (100_700, -BYTES))]
     events = [*steps, *gelus, *memory]
     plain = compare_trace(parse_trace({"traceEvents": events}, "plain.json"), CostModel(efficiency), cpu, 1)
     pages = BYTES // PAGE  # the block's own bytes
-    assert plain.fresh_pages_per_step * plain.steps == pages
-    assert plain.unmap_s == plain.heap_growth_unmap_s == pytest.approx(pages * per_page / plain.steps)
+    assert plain.fresh_pages_per_step == pages
+    assert plain.unmap_s == plain.heap_growth_unmap_s == pytest.approx(pages * per_page)
     assert plain.summary()["heap_growth_unmap_s"] == plain.heap_growth_unmap_s
     kept = compare_trace(parse_trace({"traceEvents": events, "simhpc_capture": {"heap_end": HEAP}}, "kept.json"),
                          CostModel(efficiency), cpu, 1)
@@ -224,12 +224,15 @@ def _charged(events: list[dict]) -> dict[str, list[float]]:
 
 def test_the_op_running_when_its_output_was_allocated_pays_for_the_grown_heap() -> None:
     grown = HEAP + BYTES + 192  # above the first step's block: fresh pages
-    charged = _charged([
+    comparison = _compare([
         _op("aten::gelu", 1_000, 500, [SHAPE]), _memory(1_100, HEAP + 128, BYTES),
         _op("aten::gelu", 101_000, 500, [SHAPE]), _memory(101_100, grown, BYTES),
     ])
     pages = (grown + BYTES - 1) // PAGE - grown // PAGE + 1 - 1  # its first page was the block's before
-    assert charged["aten::gelu"] == [0.0, pytest.approx(pages * PER_PAGE_S)]
+    first, second = (p for p in comparison.predictions if p.op.name == "aten::gelu")
+    assert second.first_touch_s == pytest.approx(pages * PER_PAGE_S) and second.heap_growth_s == 0.0
+    # the first step's block, on pages its events cannot call fresh, is its step's largest heap block
+    assert first.first_touch_s == first.heap_growth_s == pytest.approx(BYTES // PAGE * PER_PAGE_S)
 
 
 def test_a_zeros_tensor_is_paid_by_the_fill_that_writes_it() -> None:
@@ -395,24 +398,29 @@ def test_every_plain_capture_model_trains_a_step_on_its_own_loss() -> None:
 
 
 def test_the_heap_faults_a_plain_trace_may_hide_leave_out_those_charged() -> None:
-    """Of a plain trace's 1-32 MiB blocks, the one its memory events show fresh (the second step's,
-    on grown heap) is charged; what glibc's trims could add is the rest (the first step's)."""
-    small = [16, 64, 56, 56]  # 12.8 MB
-    nbytes = 16 * 64 * 56 * 56 * 4
+    """Of a plain trace's 1-32 MiB blocks, each step's largest is charged (the first step's whole, the
+    second step's on grown heap, as its events show); what glibc's trims could add is the rest: a
+    smaller block of the second step on pages the first step's covered."""
+    large, small = [16, 64, 56, 56], [16, 16, 56, 56]  # 12.8 and 3.2 MB
+    nbytes, small_bytes = 16 * 64 * 56 * 56 * 4, 16 * 16 * 56 * 56 * 4
     pages = -(-nbytes // PAGE)
-    relu = [_op("aten::clamp_min", ts, 9_000, [small, []], ["float", "Scalar"], ["", "0"]) for ts in (1_000, 101_000)]
-    memory = [_memory(1_100, HEAP + 128, nbytes), _memory(101_100, HEAP + 128 + nbytes + PAGE, nbytes)]
+    relu = [_op("aten::clamp_min", ts, 9_000, [shape, []], ["float", "Scalar"], ["", "0"])
+            for ts, shape in ((1_000, large), (101_000, large), (111_000, small))]
+    memory = [_memory(1_100, HEAP + 128, nbytes), _memory(9_500, HEAP + 128, -nbytes),
+              _memory(101_100, HEAP + 128 + nbytes + PAGE, nbytes), _memory(111_100, HEAP + 128, small_bytes)]
     comparison = _compare([*relu, *memory])
     charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
-    assert charged == [0.0, pytest.approx((pages + 1) * PER_PAGE_S)]  # it starts 128 bytes into a page
-    assert comparison.heap_faults_if_fresh_s == pytest.approx(pages * PER_PAGE_S / 2)
+    # the first by its size, the second by its pages (it starts 128 bytes into a page)
+    assert charged == [pytest.approx(pages * PER_PAGE_S), pytest.approx((pages + 1) * PER_PAGE_S), 0.0]
+    assert comparison.heap_faults_if_fresh_s == pytest.approx(small_bytes // PAGE * PER_PAGE_S / 2)
 
 
-def test_a_plain_trace_s_largest_heap_block_is_fresh_after_its_first_step_though_its_events_reuse_it() -> None:
+def test_a_plain_trace_s_largest_heap_block_is_fresh_every_step_though_its_events_reuse_it() -> None:
     """A plain trace's 12.8 MB block at the same address in both steps: its events show the second
     step's on pages the first covered, but glibc may have given them back (a trim) in between, so a
-    step's largest heap block is charged as fresh after the first step; a trace whose allocator is
-    recorded (``capture.py``: freed memory kept) is charged by its events alone."""
+    step's largest heap block is charged as fresh in every step (the first after the unprofiled
+    ones, which trimmed too); a trace whose allocator is recorded (``capture.py``: freed memory
+    kept) is charged by its events alone."""
     small = [16, 64, 56, 56]
     nbytes = 16 * 64 * 56 * 56 * 4
     relu = [_op("aten::clamp_min", ts, 9_000, [small, []], ["float", "Scalar"], ["", "0"]) for ts in (1_000, 101_000)]
@@ -420,7 +428,7 @@ def test_a_plain_trace_s_largest_heap_block_is_fresh_after_its_first_step_though
               _memory(101_100, HEAP + 128, nbytes)]
     comparison = _compare([*relu, *memory])
     charged = [p.first_touch_s for p in comparison.predictions if p.op.name == "aten::clamp_min"]
-    assert charged == [0.0, pytest.approx(-(-nbytes // PAGE) * PER_PAGE_S)]
+    assert charged == [pytest.approx(-(-nbytes // PAGE) * PER_PAGE_S)] * 2
     assert comparison.first_touch_basis == "memory events and heap growth"
     steps = [{"ph": "X", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 100_000 * (n - 2), "dur": 100_000,
               "cat": "user_annotation"} for n in (2, 3)]
