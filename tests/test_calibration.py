@@ -1459,8 +1459,14 @@ def test_kernel_library_leaves_floating_point_state_alone() -> None:
 
 
 def test_calibrate_bad_output_folder(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(tmp_path / "no" / "such" / "c.json")])
-    assert result.exit_code == 2 and "does not exist" in result.output
+    """Every output path the file could not be written to is refused before any measuring."""
+    (tmp_path / "a_file").write_text("")
+    for output, expected in ((tmp_path / "no" / "such" / "c.json", "does not exist"),
+                             (tmp_path, "is a folder; give the file to write"),
+                             (tmp_path / "a_file" / "c.json", f"{tmp_path / 'a_file'} is not a folder")):
+        result = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(output)])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: {output}: ") and expected in result.stderr
 
 
 def test_transposed_products_use_the_points_of_their_layout(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -115,8 +116,7 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool, re
     kind of machine, or of the one most like it, is the catalog's 'host' CPU.
     """
     err = Console(stderr=True)
-    if output.parent and not output.parent.exists():
-        raise MicrobenchError(f"{output}: folder {output.parent} does not exist")
+    _check_output(output)
     if merge and quick:
         raise MicrobenchError("--quick sets what to measure and --merge measures nothing: give one of them")
     if reference is not None and (no_reference or merge):
@@ -215,6 +215,21 @@ def command(output: Path, quick: bool, merge: tuple[Path, ...], repair: bool, re
     skipped = results.get("repeats_skipped", 0)
     click.echo(f"wrote {output}: {points} measured points in {wall:.0f} s"
                + (f" ({skipped} second-round repeats skipped to finish within {DEADLINE_S:.0f} s)" if skipped else ""))
+
+
+def _check_output(output: Path) -> None:
+    """Refuse an output path the calibration could not be written to, before minutes of measuring."""
+    folder = output.parent
+    if not folder.exists():
+        raise MicrobenchError(f"{output}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise MicrobenchError(f"{output}: {folder} is not a folder")
+    if output.is_dir():
+        raise MicrobenchError(f"{output}: is a folder; give the file to write, e.g. {output / 'calibration.json'}")
+    if output.exists() and not output.is_file():
+        raise MicrobenchError(f"{output}: not a regular file (a pipe or a device?)")
+    if not os.access(folder, os.W_OK | os.X_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise MicrobenchError(f"{output}: not writable")
 
 
 def _reference(named: Path | None, host: HostFacts, err: Console) -> Calibration | None:
