@@ -5,9 +5,11 @@ import io
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from click.testing import CliRunner
 
 from simhpc.cli import main
 from simhpc.sweep import ExecutorConfig, ResultStore, load_plan, run_point, run_sweep
+from simhpc.sweep.errors import SweepError
 from simhpc.sweep.export import flatten
 from simhpc.sweep.progress import SweepProgress
 
@@ -244,6 +247,38 @@ def test_local_and_dask_give_identical_results(tmp_path):
     assert remote.exit_code == 0, remote.output
     local_rows, dask_rows = rows(tmp_path / "local"), rows(tmp_path / "dask")
     assert len(local_rows) == 8 and local_rows == dask_rows
+
+
+@pytest.mark.parametrize("answer", [None, b"SSH-2.0-OpenSSH_9.6\r\n"], ids=["silent", "not-dask"])
+def test_a_scheduler_address_that_is_not_a_dask_scheduler_fails_in_bounded_time(monkeypatch, answer):
+    """A service that accepts the connection and then says nothing (or something else than Dask)
+    held the sweep for ever (or was reported as running out of memory): now one error, in time."""
+    distributed = pytest.importorskip("distributed")
+    from simhpc.sweep import executors
+
+    monkeypatch.setattr(executors, "CONNECT_S", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            if answer is not None:
+                connection.sendall(answer * 64)
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with pytest.raises(SweepError, match=f"cannot connect to the Dask scheduler at {address}: "):
+            executors._connect(distributed, address)
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
 
 
 def test_parquet_export_when_pyarrow_is_installed(tmp_path):

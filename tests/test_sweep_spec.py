@@ -140,6 +140,9 @@ BAD_SPECS = [
     ("grid-unknown-path", None, ["--grid", "workload.sizee=1,2"], "sweep.grid.workload.sizee: unknown field"),
     ("local-with-scheduler", {"seeds": [1]}, ["--executor", "local", "--scheduler", "tcp://127.0.0.1:1"],
      "--scheduler needs --executor dask"),
+    ("scheduler-port-out-of-range", {"seeds": [1]}, ["--executor", "dask://127.0.0.1:99999"],
+     "Dask scheduler address 'tcp://127.0.0.1:99999': expected tcp://HOST:PORT, a port from 1 to 65535"),
+    ("empty-scheduler", {"seeds": [1]}, ["--executor", "dask", "--scheduler", ""], "Dask scheduler address ''"),
     # A field sharing its name with the workload kind ('collective'): not confused with the union tag.
     ("bad-value-of-kind-named-field", {"grid": {"workload.collective": ["all_reduce", "allreduce"]}}, [],
      "sweep.grid.workload.collective: Input should be"),

@@ -54,7 +54,8 @@ class ExecutorConfig:
         """Fail early (before anything is written) if this executor cannot be used here.
 
         Raises:
-            SweepError: unknown kind, or the ``dask`` extra is not installed.
+            SweepError: unknown kind, the ``dask`` extra is not installed, or an empty scheduler
+                address or one whose port is out of range.
         """
         if self.kind not in ("local", "dask"):
             raise SweepError(f"unknown executor {self.kind!r} (known: local, dask)")
@@ -62,6 +63,11 @@ class ExecutorConfig:
             raise SweepError("a Dask scheduler address needs the dask executor")
         if self.kind == "dask" and importlib.util.find_spec("distributed") is None:
             raise SweepError(DASK_MISSING)
+        if self.scheduler is not None:
+            port = self.scheduler.rsplit(":", 1)[-1]
+            if not self.scheduler.strip() or (port.isdigit() and not 0 < int(port) < 65536):
+                raise SweepError(f"Dask scheduler address {self.scheduler!r}: expected tcp://HOST:PORT, "
+                                 "a port from 1 to 65535")
 
     @property
     def worker_count(self) -> int:
@@ -347,6 +353,37 @@ def _death_cause(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
+CONNECT_S = 20.0
+"""How long a sweep waits for the Dask scheduler it names to answer."""
+
+
+def _connect(distributed: Any, address: str) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``address``, or a :class:`SweepError` within about
+    :data:`CONNECT_S` seconds: a service that accepts the connection but never answers as a Dask
+    scheduler would hold ``Client`` for ever, and one that answers otherwise makes it fail in
+    arbitrary ways (a ``MemoryError`` reading another protocol's banner as a frame length)."""
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["client"] = distributed.Client(address, timeout=f"{CONNECT_S:g}s")
+        except Exception as error:  # whatever the far end did, the sweep cannot use it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=attempt, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_S + 5)
+    if thread.is_alive():
+        raise SweepError(f"cannot connect to the Dask scheduler at {address}: no answer as a Dask scheduler within "
+                         f"{CONNECT_S:g} s (is one listening there?)")
+    if "error" in outcome:
+        error = outcome["error"]
+        reason = (str(error) or type(error).__name__ if isinstance(error, (OSError, TimeoutError, ValueError))
+                  else f"what answered there is not a Dask scheduler ({type(error).__name__} reading its reply)")
+        raise SweepError(f"cannot connect to the Dask scheduler at {address}: {reason}")
+    return outcome["client"]
+
+
 class DaskExecutor(SweepExecutor):
     """A Dask cluster: a ``LocalCluster`` of worker processes, or the scheduler at ``address``.
 
@@ -371,10 +408,7 @@ class DaskExecutor(SweepExecutor):
         except ImportError:
             raise SweepError(DASK_MISSING) from None
         if self.address:
-            try:
-                self._client = distributed.Client(self.address, timeout="20s")
-            except (OSError, TimeoutError, ValueError) as error:
-                raise SweepError(f"cannot connect to the Dask scheduler at {self.address}: {error}") from None
+            self._client = _connect(distributed, self.address)
             return self
         # Ctrl-C is the sweep's to handle: worker processes started while SIGINT is ignored keep
         # ignoring it (else each prints its traceback and the sweep loses the runs in flight).
