@@ -858,6 +858,20 @@ def test_detect_host() -> None:
     assert HostFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
 
 
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("cores", 10**30, "host.cores: expected an integer from 1 to 1048576"),
+    ("sockets", 0, "host.sockets: expected an integer from 1 to 1048576, got 0"),
+    ("logical_cpus", -2, "host.logical_cpus: expected an integer from 1 to 1048576, got -2"),
+    ("memory_bytes", -5, "host.memory_bytes: expected a number of bytes >= 0, got -5"),
+])
+def test_host_facts_out_of_range_name_their_field(field: str, value: int, expected: str) -> None:
+    """Not the catalog entry built from them (``cpus.host.cores_per_socket``), which the file lacks."""
+    facts = detect_host().to_dict()
+    facts[field] = value
+    with pytest.raises(HostFactsError, match=re.escape(f"cal.json: {expected}")):
+        HostFacts.from_dict(facts, "cal.json: host")
+
+
 def test_committed_calibration_is_the_catalog_host() -> None:
     cal = load_calibration(COMMITTED)
     catalog = builtin_catalog()

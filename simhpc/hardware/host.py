@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simhpc.units import MAX_COUNT
+
 CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "validation" / "calibration"
 """The committed calibrations, one per kind of machine measured (absent in a wheel)."""
 COMMITTED_CALIBRATION = CALIBRATION_DIR / "host.json"
@@ -189,21 +191,17 @@ class HostFacts:
         clock = get("nominal_clock_hz", (int, float))
         if not 0 < clock < math.inf:
             raise HostFactsError(f"{where}.nominal_clock_hz: expected a number > 0, got {clock!r}")
-        facts = cls(
-            get("cpu_model", str),
-            get("vendor", str),
-            get("architecture", str),
-            get("logical_cpus", int),
-            get("cores", int),
-            get("sockets", int),
-            float(clock),
-            tuple(flags),
-            tuple(caches),
-            get("memory_bytes", int),
-        )
-        if facts.cores < 1 or facts.sockets < 1 or facts.logical_cpus < 1:
-            raise HostFactsError(f"{where}: cores, sockets and logical_cpus must be >= 1")
-        return facts
+        def count(key: str) -> int:
+            value = get(key, int)
+            if not 1 <= value <= MAX_COUNT:
+                raise HostFactsError(f"{where}.{key}: expected an integer from 1 to {MAX_COUNT}, got {value!r}")
+            return value
+
+        memory = get("memory_bytes", int)
+        if memory < 0:
+            raise HostFactsError(f"{where}.memory_bytes: expected a number of bytes >= 0, got {memory!r}")
+        return cls(get("cpu_model", str), get("vendor", str), get("architecture", str), count("logical_cpus"),
+                   count("cores"), count("sockets"), float(clock), tuple(flags), tuple(caches), memory)
 
 
 def _cpuinfo() -> list[dict[str, str]]:
