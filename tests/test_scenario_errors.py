@@ -275,6 +275,17 @@ def test_real_process_prints_no_traceback(tmp_path: Path):
     assert "network.topology.bandwidth" in process.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["list"], ["--version"], ["calibrate", "--help"]])
+def test_a_full_stdout_is_one_line_not_a_traceback(args: list[str]):
+    """What click prints itself (the help, the version) and a listing, refused by the device."""
+    with open("/dev/full", "w") as full:
+        process = subprocess.run([sys.executable, "-m", "simhpc", *args], stdout=full, stderr=subprocess.PIPE,
+                                 text=True)
+    assert process.returncode == 2
+    assert process.stderr == "error: standard output: No space left on device\n"
+
+
 def test_out_of_memory_is_a_one_line_error(tmp_path: Path, monkeypatch):
     path = tmp_path / "big.yaml"
     path.write_text(VALID, encoding="utf-8")

@@ -8,7 +8,9 @@ and running out of memory (an input too large for this machine).
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -74,6 +76,9 @@ def user_errors(command: F) -> F:
         except OSError as error:
             # The file system refused (a folder that is a file, no permission, disk full): one line.
             where = error.filename if error.filename is not None else ""
+            if not where and error.errno in (errno.ENOSPC, errno.EPIPE):  # the report, on a full stdout
+                _drop_stdout()
+                where = "standard output"
             fail(f"{where}{': ' if where else ''}{write_refusal(error)}")
         except MemoryError:
             # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.
@@ -101,6 +106,16 @@ COMMANDS = {
 }
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what it could not write
+    does not print a second error on the way out."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a test runner's): nothing will be flushed to it
+        pass
+
+
 class _LazyGroup(click.Group):
     """A click group that imports each subcommand's module on first use, and reports a bad option
     or argument in one line (``error: simhpc compare: Invalid value for '--worst': ...``), exit 2,
@@ -123,6 +138,11 @@ class _LazyGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except OSError as error:  # the help, the version or a listing refused by stdout (a full disk, /dev/full)
+            _drop_stdout()
+            if isinstance(error, BrokenPipeError):  # the reader went away (`simhpc list | head -1`)
+                sys.exit(1)
+            fail(f"{error.filename or 'standard output'}: {write_refusal(error)}")
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
