@@ -330,6 +330,8 @@ def test_a_file_beyond_the_size_limit_is_refused_without_reading_it_all(tmp_path
     (["compare", "x.json", "--worst", "-1"], "error: simhpc compare: Invalid value for '--worst': -1 is not in"),
     (["run", ""], "error: simhpc run: Invalid value for 'SCENARIO': an empty path"),
     (["compare", "x.json", "-o", " "], "error: simhpc compare: Invalid value for '-o' / '--outdir': an empty path"),
+    (["compare", "x.json", "--against"],  # click gives this one no context: the command is read from the line
+     "error: simhpc compare: Option '--against' requires an argument. (see 'simhpc compare --help')"),
 ])
 def test_a_bad_option_or_argument_is_one_line_too(args, expected):
     process = subprocess.run([sys.executable, "-m", "simhpc", *args], capture_output=True, text=True)

@@ -106,6 +106,15 @@ COMMANDS = {
 }
 
 
+def _command_path(args: Any) -> str:
+    """``simhpc COMMAND`` for the command line ``args`` (a list, or a tuple holding one; None: the
+    process's own), for an error click raised with no context (an option missing its value)."""
+    if isinstance(args, tuple):
+        args = args[0] if args else None
+    words = [word for word in (sys.argv[1:] if args is None else args) if not str(word).startswith("-")]
+    return f"simhpc {words[0]}" if words and words[0] in COMMANDS else "simhpc"
+
+
 def _drop_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's last flush of what it could not write
     does not print a second error on the way out."""
@@ -130,7 +139,7 @@ class _LazyGroup(click.Group):
             error.show()
             sys.exit(error.exit_code)
         except click.UsageError as error:
-            where = error.ctx.command_path if error.ctx is not None else "simhpc"
+            where = error.ctx.command_path if error.ctx is not None else _command_path(kwargs.get("args", args[:1]))
             fail(f"{where}: {error.format_message()} (see '{where} --help')")
         except click.ClickException as error:
             error.show()
