@@ -93,8 +93,15 @@ def test_bad_requests_are_one_line_exit_2(sweep_dir, args, message):
 
 
 def test_missing_sweep_dir(tmp_path):
-    result = CliRunner().invoke(main, ["plot", str(tmp_path), "--x", "a", "--y", "b"])
-    assert result.exit_code == 2 and "no sweep results here" in result.output
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "results.sqlite").write_text("")
+    for folder, expected in ((tmp_path, "no sweep results here (no results.sqlite)"),
+                             (tmp_path / "nope", "no such folder"), (tmp_path / "a_file", "not a folder"),
+                             (tmp_path / "sweep" / "results.sqlite",
+                              f"is the result store itself; give the sweep folder, {tmp_path / 'sweep'}")):
+        result = CliRunner().invoke(main, ["plot", str(folder), "--x", "a", "--y", "b"])
+        assert result.exit_code == 2 and result.stderr.startswith(f"error: {folder}: {expected}"), result.output
 
 
 def test_error_bars_are_the_95_ci_of_the_mean_over_seeds(tmp_path):

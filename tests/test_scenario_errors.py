@@ -151,6 +151,8 @@ CASES = [
      ["--set", "workload.dtype=bf16"], "workload.dtype: GPU 'v100' of node 'v100-nvlink-node' has no peak for bf16"),
     ("pipeline-iterations-cap", BERT_SCENARIO,
      ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
+    ("section-not-a-mapping", VALID, ["--set", "outputs=none"],
+     "outputs: expected a mapping of its fields, got 'none'"),  # not pydantic's class name
     # no coercion across types, no inf/nan, numbers within range
     ("bool-for-number", edited(setter("network.topology", {
         "kind": "fat_tree", "hosts": 8, "hosts_per_leaf": 4, "bandwidth": "1 GB/s", "oversubscription": True})), [],

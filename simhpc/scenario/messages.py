@@ -66,6 +66,8 @@ def _message(error: Mapping[str, Any], got: bool = True) -> str:
         return "field required"
     if error["type"] == "extra_forbidden":
         return "unknown field"
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):  # not the schema's class name
+        message = "expected a mapping of its fields"
     if error["type"] == "union_tag_invalid":
         context = error.get("ctx") or {}
         return f"unknown kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"

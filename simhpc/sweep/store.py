@@ -72,6 +72,17 @@ def store_path(folder: str | Path) -> Path:
     return Path(folder) / STORE_NAME
 
 
+def _not_a_sweep_folder(folder: Path) -> str:
+    """Why ``folder`` holds no result store, in words."""
+    if folder.name == STORE_NAME and folder.is_file():
+        return f"is the result store itself; give the sweep folder, {folder.parent}"
+    if not folder.exists():
+        return "no such folder"
+    if not folder.is_dir():
+        return "not a folder (give a sweep's output folder)"
+    return f"no sweep results here (no {STORE_NAME})"
+
+
 class ResultStore:
     """A sweep folder's SQLite store. Use as a context manager; the writer holds a folder lock.
 
@@ -89,7 +100,7 @@ class ResultStore:
             if self.path.exists() and not self.path.is_file():
                 raise SweepError(f"{self.path}: not a file (a sweep's result store is an SQLite file)")
             if not self.path.is_file():
-                raise SweepError(f"{self.folder}: no sweep results here (no {STORE_NAME})")
+                raise SweepError(f"{self.folder}: {_not_a_sweep_folder(self.folder)}")
             self._db = self._connect()
             try:
                 self._check_version()
