@@ -147,3 +147,16 @@ def test_a_name_in_a_script_the_font_lacks_draws_the_timeline_without_warnings(t
         warnings.simplefilter("error")
         plot_timeline(sim.trace, tmp_path / "timeline.png", title="全对全-α∑🚀")
     assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_an_output_folder_that_cannot_be_made_fails_before_the_simulation(tmp_path, scenarios_dir, monkeypatch):
+    """A long run must not end in 'a file is in the way' after minutes of simulating."""
+    def not_called(*args, **kwargs):
+        raise AssertionError("simulated before checking the output folder")
+
+    monkeypatch.setattr("simhpc.cli.run_cmd.simulate", not_called)
+    (tmp_path / "taken").write_text("")
+    result = CliRunner().invoke(main, ["run", str(scenarios_dir / "allreduce_single_node.yaml"),
+                                       "-o", str(tmp_path / "taken" / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {tmp_path / 'taken' / 'out'}: a file is in the way of a folder to write\n"

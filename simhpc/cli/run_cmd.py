@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import click
@@ -27,6 +29,9 @@ def command(scenario: Path, outdir: Path | None, overrides: tuple[str, ...], qui
     unless the scenario's outputs.trace / outputs.timeline is false)."""
     config = load_scenario(scenario, overrides)
     folder = outdir or Path("runs") / scenario.stem
+    folder.mkdir(parents=True, exist_ok=True)  # a file in the way fails now, not after the simulation
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
     result = simulate(config, str(scenario), monitor=lambda sim: run_progress(sim, config.name))
     written = write_outputs(result, folder, config)
     if quiet:
