@@ -264,8 +264,9 @@ def test_against_names_what_it_skipped_and_refuses_prediction_options(tmp_path: 
     assert data["a_skipped_events"] == {} and sum(data["b_skipped_events"].values()) == 1
     assert data["warnings"] and "share no track and no span name" in data["warnings"][0]
     assert "warning: the two traces share no track" in result.stderr
-    refused = CliRunner().invoke(main, ["compare", str(a), "--against", str(b), "--threads", "0"])
-    assert refused.exit_code == 2 and refused.stderr.startswith("error: --threads sets how ops are predicted")
+    for option, value in (("--threads", "0"), ("--cache", "warm")):
+        refused = CliRunner().invoke(main, ["compare", str(a), "--against", str(b), option, value])
+        assert refused.exit_code == 2 and refused.stderr.startswith(f"error: {option} sets how ops are predicted")
 
 
 def test_flat_input_dims_are_called_invalid_not_missing() -> None:

@@ -364,10 +364,9 @@ def _print_against(result: dict[str, Any], limit: int) -> None:
 @click.option(
     "--cache",
     type=click.Choice(["cold", "warm"]),
-    default="cold",
-    show_default=True,
-    help="Memory-bound ops no faster than from DRAM (cold: operands of a framework op inside a step) or at "
-    "the cache-warm rates of repeated calls (warm).",
+    default=None,
+    help="Memory-bound ops no faster than from DRAM (cold, the default: operands of a framework op inside a "
+    "step) or at the cache-warm rates of repeated calls (warm).",
 )
 @click.option(
     "--cores",
@@ -393,7 +392,7 @@ def command(
     against: Path | None,
     threads: int | None,
     blas: str | None,
-    cache: str,
+    cache: str | None,
     cores: str | None,
     as_json: bool,
     outdir: Path | None,
@@ -409,7 +408,8 @@ def command(
     stem = measured.name.removesuffix(".gz").removesuffix(".json")
     if against is not None:
         given = [name for name, value in (("--calibration", calibration), ("--threads", threads),
-                                          ("--blas", blas), ("--cores", cores)) if value is not None]
+                                          ("--blas", blas), ("--cache", cache), ("--cores", cores))
+                 if value is not None]
         if given:
             raise CompareError(f"{given[0]} sets how ops are predicted; --against aligns two traces as "
                                "they are and predicts nothing")
@@ -478,6 +478,7 @@ def command(
     capture_round_trips_s, calibration_round_trip_s = capture_round_trips(trace), calibration_round_trip(cal)
     cores_from = "option" if cores else "capture" if capture_round_trips_s else "default"
     cores = cores or cores_during(capture_round_trips_s, cal)
+    cache = cache or "cold"
     model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache, cores=cores))
     if threads_from == "host":
         inferred = infer_threads(trace, model, cpu, calibrated_thread_counts(cal))
