@@ -294,14 +294,16 @@ def test_a_committed_plain_capture_is_within_target_for_its_heaps_growth(threads
 def test_a_committed_capture_without_a_schedule_is_compared_over_its_optimizer_steps(tmp_path: Path) -> None:
     """``plain_capture.py wide_mlp --no-schedule`` (1 thread, memory events): no ProfilerStep, so
     the steps are its ten ``optimizer.step()`` iterations, and the pages its heap's growth puts
-    under the steps after the first are charged (``getrusage`` counted 12 288 a step); held as the
-    whole capture without them, it read -19.9 % with no page charged (validation/README.md, session 39)."""
+    under the steps after the first are charged by its events, the first step's largest heap blocks
+    as a trim would have given them back (``getrusage`` counted 12 288 a step); held as the whole
+    capture without them, it read -19.9 % with no page charged (validation/README.md, session 39),
+    -6.3 % with the first step left out (before session 53)."""
     trace = VALIDATION / "traces" / "captures" / "epyc-zen4" / "plain" / "wide_mlp_noschedule_t1.json.gz"
     arguments = ["compare", str(trace), "--calibration", str(VALIDATION / "calibration" / "epyc-zen4.json"), "--json"]
     result = CliRunner().invoke(main, [*arguments, "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["steps"], summary["steps_from"], summary["threads"]) == (10, "Optimizer.step", 1)
-    assert summary["first_touch_basis"] == "memory events" and summary["heap_growth_s"] == 0.0
-    assert 0.8 * 12288 < summary["fresh_pages_per_step"] <= 12288
-    assert summary["step_error_pct"] == pytest.approx(-6.3, abs=0.1)
+    assert summary["first_touch_basis"] == "memory events and heap growth" and summary["heap_growth_s"] > 0
+    assert 0.8 * 12288 < summary["fresh_pages_per_step"] <= 1.05 * 12288
+    assert summary["step_error_pct"] == pytest.approx(-4.9, abs=0.1)
