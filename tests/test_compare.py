@@ -1609,8 +1609,9 @@ def test_a_matrix_vector_product_after_one_of_its_kernel_finds_its_state_in_the_
     """Batch-1 inference: matrix-vector products in a row, each streaming its 4 MiB matrix. The
     next one of the same kernel (layout and vector side) finds what its kernel left in the caches
     at worst in the last-level one: it pays the private caches' share of the constant at that
-    cache's cost (0.1 of memory's here) and the last-level cache's share at memory's. A product
-    of another kernel pays by the private caches alone, as before."""
+    cache's cost (0.1 of memory's here) and the last-level cache's share at memory's, of the bytes
+    brought after the previous one ended (its own matrix streamed beside its running kernel). A
+    product of another kernel pays by the private caches alone, as before."""
     from simhpc.trace.compare import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
@@ -1626,8 +1627,8 @@ def test_a_matrix_vector_product_after_one_of_its_kernel_finds_its_state_in_the_
     charge_products(predictions, CostModel(efficiency), 1)  # type: ignore[arg-type]
     first, second, third = (share for _, share, _ in efficiency.asked)
     assert gemv.bytes() > 1 << 20 and first == 1.0
-    # brought since: the product's bytes and the relu's output (its input has the vector's size)
-    assert second == pytest.approx(0.1 * 1.0 + 0.9 * (gemv.bytes() + 1024 * 4) / (16 << 20))
+    # brought since the first ended: the relu's output (its input has the vector's size)
+    assert second == pytest.approx(0.1 * 1024 * 4 / (1 << 20) + 0.9 * 1024 * 4 / (16 << 20))
     assert third == 1.0  # another kernel: a private cache's worth evicts it
     assert efficiency.layout_shares[1] == pytest.approx(0.1 + 0.9 * (gemv.bytes() + relu.bytes()) / (16 << 20))
 

@@ -37,7 +37,11 @@ Inside a training step a product finds neither state: what ran since decides how
   a 128 MiB fill (``validation/traces/cold_eviction.py``, the EPYC Zen 5 guest). Its two shares
   are then the private caches' share at the last-level cache's cost (the chase's latency there
   over memory's, :meth:`~simhpc.costs.calibration_file.Calibration.last_level_latency_share`:
-  0.08 there) plus the effective last-level cache's share at memory's. The plain batch-1 MLP
+  0.08 there) plus the effective last-level cache's share at memory's, of the bytes brought
+  after the previous one ended: that product streamed its own matrix while its kernel ran,
+  which kept the kernel's state warm (session 53: the batch-1 MLP's 1 x 1024 x 10 head after its
+  4 MiB layer took 2.3-3.1 us, predicted 6.6 when that matrix counted; four plain surveys' GEMM
+  MAPE went 16.5 / 19.3 / 17.8 / 16.9 -> 14.3 / 17.8 / 16.3 / 14.6 %, only ``mlp_b1`` moving). The plain batch-1 MLP
   (``plain_capture.py mlp_b1 --inference 1``) went from +34.5 / +7.7 % to +22.5 / -1.9 % (1 / 2
   threads, GEMM MAPE 134 / 114 -> 29 / 22 %) against a calibration taken minutes after it. Other
   products keep the private caches' rule: in a training step a small product after streaming
@@ -135,6 +139,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
     brought, last_brought = 0.0, -math.inf  # bytes brought into the caches (re-touched ones left out)
     last_of_layout: dict[tuple[str, bool], float] = {}
     last_vector_path: tuple[str, str] | None = None  # the previous product's, if a matrix-vector one
+    after_vector = 0.0  # bytes brought by the end of the last matrix-vector product
     for p in sorted(predictions, key=lambda p: (p.op.start, p.op.index)):
         kernel = p.kernel
         if kernel is None:
@@ -152,7 +157,7 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
             since_layout = moved - last_of_layout.get(layout, -math.inf)
             path = _vector_path(kernel)
             if path is not None and path == last_vector_path:  # its kernel's state left in the caches
-                share = _evicted_share(brought - last_brought, private, window, from_last_level)
+                share = _evicted_share(brought - after_vector, private, window, from_last_level)
                 layout_share = _evicted_share(since_layout, private, window, from_last_level)
             else:
                 share = min(1.0, (brought - last_brought) / private)
@@ -166,6 +171,8 @@ def charge_products(predictions: Sequence[Any], model: CostModel, threads: int,
             last_of_layout[layout] = moved
             last_brought = brought
         brought += _bytes_brought(p.op, kernel, read, moved, private)
+        if isinstance(kernel, Gemm) and not kernel.conv and _vector_path(kernel) is not None:
+            after_vector = brought  # its own stream ran beside its kernel's state, which it kept warm
         moved += kernel.bytes()
         read.append((moved, {math.prod(dims) for dims in inputs}, alone))
         ends.append((p.op.end, moved))
