@@ -454,9 +454,10 @@ def _add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostM
     read 16.3 / 22.4 % off on average, 11.0 / 17.2 % with these blocks. Of such a block, only the
     part its events let a trim have given back is charged (:mod:`simhpc.trace.trimmed_pages`). The
     first profiled step is charged too: the unprofiled steps before it ran the same loop and
-    trimmed the same way (``getrusage`` counted 0.1-3x a later step's faults in it, 0.8x on
-    average); left out, it lowered the predicted mean step (in four surveys of thirty the mean
-    absolute step error went 7.5 / 10.2 / 13.9 / 6.9 % -> 6.5 / 8.7 / 12.6 / 6.8 % with it)."""
+    trimmed the same way (``getrusage`` counted 0-4.2x a later step's faults in it, median 0.81x,
+    over 110 plain captures); left out, it lowered the predicted mean step (in four surveys of
+    thirty the mean absolute step error went 7.5 / 10.2 / 13.9 / 6.9 % -> 6.5 / 8.7 / 12.6 / 6.8 %
+    with it; validation/README.md, session 53)."""
     first_touch = getattr(model.efficiency, "first_touch_s", None)
     if first_touch is None:
         return
