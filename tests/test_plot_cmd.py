@@ -84,6 +84,7 @@ def test_bar_plot_for_categorical_x_and_note_about_other_params(sweep_dir):
     (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", "../out"], "--name '../out': not a file name"),
     (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", "/tmp/o"], "--name '/tmp/o': not a file name"),
     (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", ""], "--name '': not a file name"),
+    (["--x", "workload.size", "--y", "workload.mean_time_s", "--name", "a\nb"], "--name 'a\\nb': not a file name"),
     (["--x", "workload.size", "--y", "workload"], "--y workload: a section of the summary, not a metric"),
 ])
 def test_bad_requests_are_one_line_exit_2(sweep_dir, args, message):
@@ -123,3 +124,17 @@ def test_error_bars_are_the_95_ci_of_the_mean_over_seeds(tmp_path):
     assert plot_sweep(tmp_path, "seed", "metric.t", name="by_seed").groups[0].n == 2
     with pytest.raises(PlotError):
         plot_sweep(tmp_path, "workload.iterations", "metric")
+
+
+def test_a_run_whose_metric_is_nan_is_left_out_with_a_note(tmp_path):
+    """A ratio of nothing in one run (NaN) does not stop the figure; NaN in every run does."""
+    with ResultStore(tmp_path) as store:
+        for seed, value in enumerate([1.0, 3.0, math.nan]):
+            store.record(f"k{seed}", {"workload.iterations": 1}, seed, {"seed": seed, "workload": {"iterations": 1}},
+                         "ok", {"status": "ok", "metric": {"t": value, "u": math.nan}}, None, 0.1)
+    figure = plot_sweep(tmp_path, "workload.iterations", "metric.t")
+    assert [(group.n, group.mean) for group in figure.groups] == [(2, 2.0)]
+    assert any(note.startswith("left out 1 runs whose metric.t is not a number (NaN), e.g. k2")
+               for note in figure.notes)
+    with pytest.raises(PlotError, match=r"--y metric.u: not a number \(nan\)"):
+        plot_sweep(tmp_path, "workload.iterations", "metric.u")

@@ -199,6 +199,11 @@ def group_runs(records: list[RunRecord], x: str, y: str,
         raise PlotError(f"--y {y}: no such metric in the run summaries (numeric metrics: {known})")
     present = [(record, value) for record, value in zip(ok, values)
                if value is not _MISSING and value is not None]
+    undefined = [record for record, value in present if isinstance(value, float) and math.isnan(value)]
+    if undefined and len(undefined) < len(present):  # a ratio of nothing in some runs: not the metric's fault
+        left_out = {id(record) for record in undefined}
+        present = [(record, value) for record, value in present if id(record) not in left_out]
+        notes.append(f"left out {len(undefined)} runs whose {y} is not a number (NaN), e.g. {undefined[0].key[:12]}")
     if not present or not all(_is_number(value) for _, value in present):
         bad = next((value for _, value in present if not _is_number(value)), None)
         if isinstance(bad, dict):
@@ -326,7 +331,7 @@ def plot_sweep(folder: str | Path, x: str, y: str, hue: str | None = None, where
     if earlier:
         notes.append(f"left out {earlier} stored runs of earlier versions of the sweep (not in its last plan)")
     stem = f"plot_{_filename(y)}" if name is None else name
-    if not Path(stem).name.strip(".") or Path(stem).name != stem:  # a name, not a path out of the folder
+    if not Path(stem).name.strip(".") or Path(stem).name != stem or not stem.isprintable():  # a name, not a path
         raise PlotError(f"--name {stem!r}: not a file name (the figure is written as NAME.png, its data as NAME.csv)")
     png, table = folder / f"{stem}.png", folder / f"{stem}.csv"
     draw(groups, png, x, y, hue, errorbar, kind)
