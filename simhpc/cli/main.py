@@ -8,7 +8,6 @@ and running out of memory (an input too large for this machine).
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
 import sys
@@ -76,9 +75,6 @@ def user_errors(command: F) -> F:
         except OSError as error:
             # The file system refused (a folder that is a file, no permission, disk full): one line.
             where = error.filename if error.filename is not None else ""
-            if not where and error.errno in (errno.ENOSPC, errno.EPIPE):  # the report, on a full stdout
-                _drop_stdout()
-                where = "standard output"
             fail(f"{where}{': ' if where else ''}{write_refusal(error)}")
         except MemoryError:
             # A scenario (or trace) the host cannot hold: the input's size, not a simhpc bug.

@@ -191,6 +191,7 @@ class HostFacts:
         clock = get("nominal_clock_hz", (int, float))
         if not 0 < clock < math.inf:
             raise HostFactsError(f"{where}.nominal_clock_hz: expected a number > 0, got {clock!r}")
+
         def count(key: str) -> int:
             value = get(key, int)
             if not 1 <= value <= MAX_COUNT:

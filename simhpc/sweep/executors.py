@@ -378,7 +378,7 @@ def _connect(distributed: Any, address: str) -> Any:
                          f"{CONNECT_S:g} s (is one listening there?)")
     if "error" in outcome:
         error = outcome["error"]
-        reason = (str(error) or type(error).__name__ if isinstance(error, (OSError, TimeoutError, ValueError))
+        reason = ((str(error) or type(error).__name__) if isinstance(error, (OSError, TimeoutError, ValueError))
                   else f"what answered there is not a Dask scheduler ({type(error).__name__} reading its reply)")
         raise SweepError(f"cannot connect to the Dask scheduler at {address}: {reason}")
     return outcome["client"]
