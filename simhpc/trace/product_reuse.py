@@ -37,13 +37,13 @@ Inside a training step a product finds neither state: what ran since decides how
   a 128 MiB fill (``validation/traces/cold_eviction.py``, the EPYC Zen 5 guest). Its two shares
   are then the private caches' share at the last-level cache's cost (the chase's latency there
   over memory's, :meth:`~simhpc.costs.calibration_file.Calibration.last_level_latency_share`:
-  0.08 there) plus the effective last-level cache's share at memory's, of the bytes brought
-  after the previous one ended: that product streamed its own matrix while its kernel ran,
-  which kept the kernel's state warm (session 53: the batch-1 MLP's 1 x 1024 x 10 head after its
-  4 MiB layer took 2.3-3.1 us, predicted 6.6 when that matrix counted; four plain surveys' GEMM
-  MAPE went 16.5 / 19.3 / 17.8 / 16.9 -> 14.3 / 17.8 / 16.3 / 14.6 %, only ``mlp_b1`` moving). The plain batch-1 MLP
+  0.08 there) plus the effective last-level cache's share at memory's. The plain batch-1 MLP
   (``plain_capture.py mlp_b1 --inference 1``) went from +34.5 / +7.7 % to +22.5 / -1.9 % (1 / 2
-  threads, GEMM MAPE 134 / 114 -> 29 / 22 %) against a calibration taken minutes after it. Other
+  threads, GEMM MAPE 134 / 114 -> 29 / 22 %) against a calibration taken minutes after it. The
+  bytes are those brought after the previous one ended: that product streamed its own matrix
+  while its kernel ran, which kept the kernel's state warm (session 53: the MLP's 1 x 1024 x 10
+  head after its 4 MiB layer took 2.3-3.1 us, predicted 6.6 when that matrix counted; four plain
+  surveys' GEMM MAPE went 16.5 / 19.3 / 17.8 / 16.9 -> 14.3 / 17.8 / 16.3 / 14.6 %). Other
   products keep the private caches' rule: in a training step a small product after streaming
   still pays the whole constant (the CNN heads, ``validation/README.md`` session 36; no fresh
   check or committed capture moved).
