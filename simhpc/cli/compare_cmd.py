@@ -150,7 +150,7 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{counted(comparison.threads, 'thread')}"
         f"{_THREADS_FROM[summary['threads_from']]}, {summary['ops_modelled']} of "
         f"{summary['ops_total']} ops modelled; "
-        f"GEMMs predicted from the {summary['blas']} BLAS points"
+        f"GEMMs predicted from the {summary['blas']} BLAS points of {summary['calibration']}"
         + _distance_note(summary["cores"], summary["cores_from"], summary["distance_estimated_products"],
                          comparison.threads)
     )

@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter, deque
@@ -31,7 +32,8 @@ MAX_WORKER_DEATHS = 2
 """A point whose worker process dies this many times is stored as an error."""
 POOL_POLL_S = 1.0
 """How often a sweep waiting on its pool checks that the pool can still finish its runs."""
-DASK_MISSING = "the dask executor needs the 'dask' extra: pip install -e '.[dask]' in the simhpc checkout"
+DASK_MISSING = (f"the dask executor needs the 'dask' extra: {sys.executable} -m pip install -e '.[dask]' "
+                "in the simhpc checkout")
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(results["capricorn"]["summary"], path, overrides))
         print("\n".join(table(results)))
         print("\n".join(checks(results)))
-    print(f"\n(paper: speedups 'up to'; wall time {time.perf_counter() - started:.0f} s)")
+    print(f"\n(paper column: the paper's 'up to' speedups; this script ran {time.perf_counter() - started:.0f} s; "
+          "checkfreq (k=N): CheckFreq choosing its own interval, N iterations)")
     return 0
 
 
