@@ -15,6 +15,11 @@ ModelName = Literal["bert-base", "bert-large", "resnet-50", "resnet-101", "resne
 assert set(ModelName.__args__) == set(TRANSFORMERS + CONVNETS)  # type: ignore[attr-defined]
 
 
+_WRONG_INPUT = {"seq_len": (CONVNETS, "images, not sequences", "image_size"),
+                "image_size": (TRANSFORMERS, "sequences, not images", "seq_len")}
+"""Input-size field -> (the models that do not take it, what they take, the field that sets it)."""
+
+
 class PipelineTrainingConfig(Strict):
     """Pipeline-parallel training of one model on the GPUs of one node.
 
@@ -54,21 +59,15 @@ class PipelineTrainingConfig(Strict):
     iterations: Annotated[int, Field(gt=0, le=1000, strict=True)] = 1
     """Iterations to simulate (at most 1000: each replays the whole op list)."""
 
-    @field_validator("seq_len")
+    @field_validator("seq_len", "image_size")
     @classmethod
-    def _seq_len_is_for_transformers(cls, seq_len: int, info: ValidationInfo) -> int:
+    def _input_size_fits_the_model(cls, size: int, info: ValidationInfo) -> int:
+        """An input size the model does not take is a mistake, not a no-op (set fields only)."""
         model = info.data.get("model")
-        if model in CONVNETS:
-            raise ValueError(f"{model} takes images, not sequences: remove seq_len (image_size sets the input)")
-        return seq_len
-
-    @field_validator("image_size")
-    @classmethod
-    def _image_size_is_for_convnets(cls, image_size: int, info: ValidationInfo) -> int:
-        model = info.data.get("model")
-        if model in TRANSFORMERS:
-            raise ValueError(f"{model} takes sequences, not images: remove image_size (seq_len sets the input)")
-        return image_size
+        others, takes, instead = _WRONG_INPUT[info.field_name]
+        if model in others:
+            raise ValueError(f"{model} takes {takes}: remove {info.field_name} ({instead} sets the input)")
+        return size
 
 
 def bytes_per_param(dtype: str, optimizer: str) -> float:
