@@ -119,7 +119,8 @@ def simulate(
 
 
 def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase) -> list[Path]:
-    """Write summary.json, metrics.csv and (if enabled) trace.json and timeline.png."""
+    """Write summary.json, metrics.csv and (if enabled) trace.json and timeline.png; a disabled one
+    left in the folder by an earlier run is removed, so that it is not read as this run's."""
     from simhpc.report.metrics import write_metrics_csv, write_summary_json
     from simhpc.report.timeline import plot_timeline
     from simhpc.trace.chrome import write_chrome_trace
@@ -136,4 +137,7 @@ def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase)
     if scenario.outputs.timeline:
         written.append(folder / "timeline.png")
         plot_timeline(result.sim.trace, written[-1], title=scenario.name)
+    for name, enabled in (("trace.json", scenario.outputs.trace), ("timeline.png", scenario.outputs.timeline)):
+        if not enabled and (folder / name).is_file():
+            (folder / name).unlink()
     return written

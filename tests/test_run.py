@@ -160,3 +160,15 @@ def test_an_output_folder_that_cannot_be_made_fails_before_the_simulation(tmp_pa
                                        "-o", str(tmp_path / "taken" / "out")])
     assert result.exit_code == 2, result.output
     assert result.stderr == f"error: {tmp_path / 'taken' / 'out'}: a file is in the way of a folder to write\n"
+
+
+def test_a_rerun_without_trace_or_timeline_leaves_none_of_an_earlier_run(tmp_path, scenarios_dir):
+    """The folder holds one run's outputs: an earlier run's trace.json would be read as this one's."""
+    scenario = scenarios_dir / "allreduce_single_node.yaml"
+    first = CliRunner().invoke(main, ["run", str(scenario), "-o", str(tmp_path), "-q"])
+    assert first.exit_code == 0, first.output
+    assert (tmp_path / "trace.json").is_file() and (tmp_path / "timeline.png").is_file()
+    again = CliRunner().invoke(main, ["run", str(scenario), "-o", str(tmp_path), "-q", "--set", "outputs.trace=false",
+                                      "--set", "outputs.timeline=false"])
+    assert again.exit_code == 0, again.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.csv", "summary.json"]
