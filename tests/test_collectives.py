@@ -283,3 +283,36 @@ def test_the_estimate_follows_each_message_path(scenarios_dir, scenario: str, ov
     config = load_scenario(scenarios_dir / scenario, [*overrides, "network.mode=analytic", "workload.iterations=1"])
     summary = simulate(config, scenario).summary["workload"]
     assert summary["mean_time_s"] == pytest.approx(summary["alpha_beta_estimate_s"], rel=1e-9)
+
+
+def test_transfer_counts_are_what_the_collectives_send() -> None:
+    """Counted from the communicator's own sends: a ring 2 n (n - 1) (all-reduce) or n (n - 1), a
+    tree 2 (n - 1), the hierarchical rings inside and across the nodes, a broadcast n - 1."""
+    from simhpc.network.collectives import transfer_count
+
+    for collective, algorithm, call in (("all_reduce", "ring", lambda c: c.all_reduce(6e6)),
+                                        ("all_reduce", "tree", lambda c: c.all_reduce(6e6, "tree")),
+                                        ("all_gather", "ring", lambda c: c.all_gather(6e6)),
+                                        ("broadcast", "ring", lambda c: c.broadcast(0, 6e6)),
+                                        ("all_to_all", "ring", lambda c: c.all_to_all(1e5))):
+        _, network, _ = timed("analytic", 6, call)
+        assert network.transfers == transfer_count(collective, algorithm, 6), collective
+    _, network, _ = timed("analytic", 16, lambda c: c.all_reduce(6e6, "hierarchical"), dgx_pair(1))
+    assert network.transfers == transfer_count("all_reduce", "hierarchical", 16, nodes=2) == 2 * 16 * 7 + 2 * 16
+
+
+@pytest.mark.parametrize(("hosts", "iterations", "field"), [(6000, 1, "ranks"), (1024, 600, "iterations")])
+def test_a_collective_too_large_to_simulate_is_refused_before_it_runs(hosts: int, iterations: int,
+                                                                     field: str) -> None:
+    """A ring among a million ranks validated, then ran for ever; a cap on the transfers simulated
+    (one round, and all the iterations) names the field to change."""
+    from simhpc.errors import ScenarioError
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import scenario_from_dict
+
+    scenario = scenario_from_dict({
+        "network": {"mode": "analytic", "topology": {"kind": "single_switch", "hosts": hosts, "bandwidth": "80 Gb/s"}},
+        "workload": {"kind": "collective", "collective": "all_reduce", "size": "1 MiB", "iterations": iterations},
+    }, "big.yaml")
+    with pytest.raises(ScenarioError, match=rf"big.yaml: workload\.{field}: .*each simulated on its own: at most"):
+        simulate(scenario, "big.yaml")

@@ -60,7 +60,12 @@ class CollectiveWorkload(Workload):
     def __init__(self, config: CollectiveConfig, context: Any) -> None:
         super().__init__(config, context)
         from simhpc.network import Communicator
-        from simhpc.network.collectives import check_all_to_all_ranks
+        from simhpc.network.collectives import (
+            MAX_TRANSFERS,
+            MAX_TRANSFERS_A_ROUND,
+            check_all_to_all_ranks,
+            transfer_count,
+        )
 
         endpoints = list(self.ctx.network.topology.endpoints)
         if config.ranks is None:
@@ -94,6 +99,15 @@ class CollectiveWorkload(Workload):
             if len(set(per_node.values())) > 1:
                 raise InvalidReference("ranks", "the hierarchical all-reduce needs the same number of ranks "
                                        f"on every node, got {dict(per_node)}")
+        nodes = len({self.ctx.network.topology.node_of(rank) for rank in ranks})
+        transfers = transfer_count(config.collective, config.algorithm, len(ranks), nodes)
+        if transfers > MAX_TRANSFERS_A_ROUND:
+            raise InvalidReference("ranks", f"a {self.algorithm} {config.collective} among {len(ranks)} ranks makes "
+                                   f"{transfers:,} transfers, each simulated on its own: at most "
+                                   f"{MAX_TRANSFERS_A_ROUND:,} (set workload.ranks)")
+        if transfers * config.iterations > MAX_TRANSFERS:
+            raise InvalidReference("iterations", f"{config.iterations} x {transfers:,} transfers, each simulated on "
+                                   f"its own: at most {MAX_TRANSFERS:,} in all")
         self.ranks = ranks
         self.comm = Communicator(self.ctx.network, ranks, name=config.collective)
         self.durations: list[float] = []
