@@ -151,6 +151,11 @@ CASES = [
      ["--set", "workload.dtype=bf16"], "workload.dtype: GPU 'v100' of node 'v100-nvlink-node' has no peak for bf16"),
     ("pipeline-iterations-cap", BERT_SCENARIO,
      ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
+    # bounded run time: a valid scenario must not run for hours
+    ("pipeline-micro-batches-cap", BERT_SCENARIO,
+     ["--set", "workload.micro_batches=4097"], "workload.micro_batches: Input should be less than or equal to 4096"),
+    ("moe-iterations-cap", MOE_SCENARIO,
+     ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
     ("section-not-a-mapping", VALID, ["--set", "outputs=none"],
      "outputs: expected a mapping of its fields, got 'none'"),  # not pydantic's class name
     # no coercion across types, no inf/nan, numbers within range

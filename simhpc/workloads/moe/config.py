@@ -135,8 +135,9 @@ class MoETrainingConfig(Strict):
     global_batch: PositiveInt
     """Sequences per iteration, over all data-parallel ranks."""
     parallelism: ParallelismConfig = ParallelismConfig()
-    iterations: PositiveInt = 10
-    """Iterations to complete (re-executed iterations after a rollback do not count)."""
+    iterations: Annotated[int, Field(gt=0, le=1000, strict=True)] = 10
+    """Iterations to complete (re-executed iterations after a rollback do not count; at most 1000:
+    each simulates every layer's all-to-all and expert phases)."""
     warmup: Count = 2
     """Leading iterations left out of the steady-state mean iteration time."""
     dynamicity: Number = Field(0.0, ge=0, le=1)

@@ -31,8 +31,8 @@ class PipelineTrainingConfig(Strict):
     model: ModelName
     micro_batch_size: PositiveInt = 8
     """Samples per micro-batch."""
-    micro_batches: PositiveInt = 8
-    """Micro-batches per iteration, ``m``."""
+    micro_batches: Annotated[int, Field(gt=0, le=4096, strict=True)] = 8
+    """Micro-batches per iteration, ``m`` (at most 4096: each is a column of ops on every stage)."""
     seq_len: Annotated[int, Field(gt=0, le=MAX_POSITIONS, strict=True)] = MAX_POSITIONS
     """Tokens per sequence (BERT; at most its 512 positions)."""
     image_size: Annotated[int, Field(ge=32, le=1 << 16, strict=True)] = 224
