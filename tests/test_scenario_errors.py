@@ -156,6 +156,8 @@ CASES = [
      ["--set", "workload.micro_batches=4097"], "workload.micro_batches: Input should be less than or equal to 4096"),
     ("moe-iterations-cap", MOE_SCENARIO,
      ["--set", "workload.iterations=1001"], "workload.iterations: Input should be less than or equal to 1000"),
+    ("memory-beyond-the-gpu", BERT_SCENARIO, ["--set", "workload.memory_capacity=1 PB"],
+     "workload.memory_capacity: 909.5 TiB is more than GPU 'v100' has (32 GiB)"),  # would hide an OOM
     ("section-not-a-mapping", VALID, ["--set", "outputs=none"],
      "outputs: expected a mapping of its fields, got 'none'"),  # not pydantic's class name
     # no coercion across types, no inf/nan, numbers within range

@@ -26,6 +26,7 @@ from simhpc.policies.pipeline.partition import balanced_partition, even_partitio
 from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.policies.pipeline.timing import plan_timing
 from simhpc.registry import lookup, register
+from simhpc.units import format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
@@ -77,6 +78,10 @@ class PipelineTrainingWorkload(Workload):
     def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
         node = gpu_cluster_node("pipeline_training", catalog, topology, config.dtype)
         _check_shapes(config, node.gpus)
+        gpu = node.gpu
+        if gpu is not None and config.memory_capacity is not None and config.memory_capacity > gpu.memory_capacity:
+            raise InvalidReference("memory_capacity", f"{format_size(config.memory_capacity)} is more than GPU "
+                                   f"'{gpu.name}' has ({format_size(gpu.memory_capacity)}): it is the usable part")
 
     def __init__(self, config: PipelineTrainingConfig, context: RunContext) -> None:
         super().__init__(config, context)
