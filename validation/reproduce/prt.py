@@ -10,6 +10,11 @@ the gain moves with the number of micro-batches, the per-op overhead and the lin
 
     .venv/bin/python validation/reproduce/prt.py            # flow-level network (~30 s)
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
+    .venv/bin/python validation/reproduce/prt.py --m-equals-depth  # also: PRT fed 8k micro-batches
+
+``--m-equals-depth`` adds the other reading of the paper's set-up: each pipeline takes as many
+micro-batches as it has stages (the baselines 8, PRT 8k), so PRT also trains on a k times larger
+batch per iteration.
 
 The paper's figures are targets only; nothing in the simulator reads them.
 """
@@ -155,16 +160,38 @@ def trends(models: tuple[str, ...], quick: bool) -> None:
             print(f"{model:<11} {label:<20} {gain(uni, base):+8.1f}% {gain(bi, chimera):+8.1f}%")
 
 
+def depth_micro_batches(reuse: tuple[int, ...] = (2, 3, 4)) -> None:
+    """Gains when each pipeline takes m = its depth micro-batches: baselines 8, PRT 8k."""
+    print("\nIf m = depth: baselines at m = 8, PRT at m = 8k (a k times larger batch per iteration)")
+    columns = " ".join(f"{f'k={k}':>7}" for k in reuse)
+    print(f"{'model':<11} {'uni':<3} {columns} {'paper':>7} | {'bi':<3} {columns} {'paper':>7}")
+    for model in MODELS:
+        base = run(model, "{kind: 1f1b}")
+        chimera = run(model, "{kind: chimera}")
+        paper = PAPER_GAIN_PERCENT[series(model)]
+        cells = {}
+        for direction, baseline in (("uni", base), ("bi", chimera)):
+            runs = [run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", f"workload.micro_batches={8 * k}")
+                    for k in reuse]
+            cells[direction] = " ".join(f"{gain(summary, baseline):+6.1f}%" if summary else f"{'-':>7}"
+                                        for summary in runs)
+        print(f"{model:<11} {'':<3} {cells['uni']} {paper['uni']:+6.1f}% | {'':<3} {cells['bi']} {paper['bi']:+6.1f}%")
+
+
 def main() -> None:
     global MODE
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="analytic network, fewer trend points")
+    parser.add_argument("--m-equals-depth", action="store_true",
+                        help="also the gains when PRT takes 8k micro-batches (its depth) against the baselines' 8")
     args = parser.parse_args()
     if args.quick:
         MODE = "analytic"
     headline()
     ceiling()
     trends(("bert-large", "resnet-152"), args.quick)
+    if args.m_equals_depth:
+        depth_micro_batches()
 
 
 if __name__ == "__main__":
