@@ -12,9 +12,9 @@ the gain moves with the number of micro-batches, the per-op overhead and the lin
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
     .venv/bin/python validation/reproduce/prt.py --m-equals-depth  # also: PRT fed 8k micro-batches
 
-``--m-equals-depth`` adds the other reading of the paper's set-up: each pipeline takes as many
-micro-batches as it has stages (the baselines 8, PRT 8k), so PRT also trains on a k times larger
-batch per iteration.
+``--m-equals-depth`` adds another reading of the paper's set-up: each pipeline takes as many
+micro-batches as it has stages (the baselines 8, PRT 8k), either of the same size (PRT then
+trains on a k times larger batch per iteration) or k times smaller (the same batch).
 
 The paper's figures are targets only; nothing in the simulator reads them.
 """
@@ -161,21 +161,37 @@ def trends(models: tuple[str, ...], quick: bool) -> None:
 
 
 def depth_micro_batches(reuse: tuple[int, ...] = (2, 3, 4)) -> None:
-    """Gains when each pipeline takes m = its depth micro-batches: baselines 8, PRT 8k."""
-    print("\nIf m = depth: baselines at m = 8, PRT at m = 8k (a k times larger batch per iteration)")
+    """Gains when each pipeline takes m = its depth micro-batches: baselines 8, PRT 8k.
+
+    Two ways to feed the deeper pipeline: micro-batches of the same size (a k times larger batch per
+    iteration), or the same batch per iteration cut into k times smaller micro-batches (only where
+    k divides the micro-batch size; '-' elsewhere, and where the model has too few cut points).
+    """
     columns = " ".join(f"{f'k={k}':>7}" for k in reuse)
-    print(f"{'model':<11} {'uni':<3} {columns} {'paper':>7} | {'bi':<3} {columns} {'paper':>7}")
-    for model in MODELS:
-        base = run(model, "{kind: 1f1b}")
-        chimera = run(model, "{kind: chimera}")
-        paper = PAPER_GAIN_PERCENT[series(model)]
-        cells = {}
-        for direction, baseline in (("uni", base), ("bi", chimera)):
-            runs = [run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", f"workload.micro_batches={8 * k}")
-                    for k in reuse]
-            cells[direction] = " ".join(f"{gain(summary, baseline):+6.1f}%" if summary else f"{'-':>7}"
-                                        for summary in runs)
-        print(f"{model:<11} {'':<3} {cells['uni']} {paper['uni']:+6.1f}% | {'':<3} {cells['bi']} {paper['bi']:+6.1f}%")
+    for same_batch in (False, True):
+        print("\nIf m = depth: baselines at m = 8, PRT at m = 8k, "
+              + ("the same batch per iteration (micro-batches k times smaller)" if same_batch
+                 else "micro-batches of the same size (a k times larger batch per iteration)"))
+        print(f"{'model':<11} {'uni':<3} {columns} {'paper':>7} | {'bi':<3} {columns} {'paper':>7}")
+        for model in MODELS:
+            size = _base(model)["workload"]["micro_batch_size"]
+            base = run(model, "{kind: 1f1b}")
+            chimera = run(model, "{kind: chimera}")
+            paper = PAPER_GAIN_PERCENT[series(model)]
+            cells = {}
+            for direction, baseline in (("uni", base), ("bi", chimera)):
+                runs = []
+                for k in reuse:
+                    overrides = [f"workload.micro_batches={8 * k}"]
+                    if same_batch:
+                        overrides.append(f"workload.micro_batch_size={size // k}")
+                    feasible = not same_batch or size % k == 0
+                    runs.append(run(model, f"{{kind: prt, k: {k}, direction: {direction}}}", *overrides)
+                                if feasible else None)
+                cells[direction] = " ".join(f"{gain(summary, baseline):+6.1f}%" if summary else f"{'-':>7}"
+                                            for summary in runs)
+            print(f"{model:<11} {'':<3} {cells['uni']} {paper['uni']:+6.1f}% | "
+                  f"{'':<3} {cells['bi']} {paper['bi']:+6.1f}%")
 
 
 def main() -> None:
