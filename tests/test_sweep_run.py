@@ -112,6 +112,7 @@ def test_plain_progress_lines():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 10  # every 10%
     assert lines[-1].startswith("sweep: 20/20 runs done (1 error, 19 ok)")
+    assert "elapsed" in lines[-1] and "0.0 s" not in stream.getvalue()  # sub-second runs in us or ms
 
 
 def test_flatten_keeps_scalars():

@@ -17,7 +17,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from simhpc.units import counted
+from simhpc.units import counted, format_time
 
 PLAIN_PERIOD_S = 5.0
 PLAIN_STEP = 0.1
@@ -89,9 +89,9 @@ class SweepProgress:
         elapsed = now - self._started
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = (self.total - self.done) / rate if rate > 0 else float("nan")
-        eta = f", ~{left:.0f} s left" if self.done < self.total and rate > 0 else ""
+        eta = f", ~{format_time(left)} left" if self.done < self.total and rate > 0 else ""
         print(f"sweep: {self.done}/{counted(self.total, 'run')} done ({self.status_text()}), "
-              f"{elapsed:.1f} s elapsed{eta}", file=self.stream, flush=True)
+              f"{format_time(elapsed)} elapsed{eta}", file=self.stream, flush=True)
         self._last_line = now
         self._last_fraction = self.done / self.total if self.total else 1.0
         self._last_printed = self.done
