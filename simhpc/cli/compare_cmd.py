@@ -22,8 +22,6 @@ from simhpc.hardware.host import committed_calibrations, detect_host
 from simhpc.report.comparison import plot_comparison, write_ops_csv
 from simhpc.trace.against import compare_traces
 from simhpc.trace.compare import (
-    EVENTS_AND_HEAP_GROWTH,
-    HEAP_GROWTH,
     LARGE_PRODUCT_S,
     SPEED_RATIO_BOUNDS,
     Comparison,
@@ -32,6 +30,7 @@ from simhpc.trace.compare import (
     percent_error,
 )
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
+from simhpc.trace.page_charges import EVENTS_AND_HEAP_GROWTH, HEAP_GROWTH
 from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace, read_trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
