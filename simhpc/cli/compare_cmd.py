@@ -31,7 +31,8 @@ from simhpc.trace.compare import (
 )
 from simhpc.trace.core_distance import calibration_round_trip, capture_round_trips, distance_warning
 from simhpc.trace.page_charges import EVENTS_AND_HEAP_GROWTH, HEAP_GROWTH
-from simhpc.trace.readers import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace, read_trace
+from simhpc.trace.readers import read_trace
+from simhpc.trace.records import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
 from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
 from simhpc.units import counted, format_time

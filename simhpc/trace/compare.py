@@ -32,7 +32,7 @@ from simhpc.trace.fresh_pages import PAGE_BYTES, capture_page_faults
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops, outside_ops, uneven_steps
 from simhpc.trace.page_charges import add_first_touch, first_touch_basis, heap_faults_if_fresh, unmap_seconds
 from simhpc.trace.product_reuse import charge_products
-from simhpc.trace.readers import PROFILER_SPAN, OpRecord, Trace
+from simhpc.trace.records import PROFILER_SPAN, OpRecord, Trace
 from simhpc.trace.step_ops import (
     FRAMEWORK_KINDS,
     StepWork,

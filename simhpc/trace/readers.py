@@ -4,9 +4,9 @@
 a matched ``B``/``E`` pair), with its track, nesting (parent, depth, children), self time (its
 duration less its children's), shapes and dtypes (torch's ``Input Dims`` / ``Input type`` with
 ``record_shapes=True``), the op kind (:func:`simhpc.costs.opnames.classify`) and the profiler step
-it belongs to (``ProfilerStep#N`` spans, else the iterations that end at each ``optimizer.step()``,
-:func:`optimizer_steps`, else the repeated runs of its top-level ops, :func:`repeated_steps`).
-simhpc's own traces are Chrome JSON too.
+it belongs to (``ProfilerStep#N`` spans, else what :mod:`simhpc.trace.step_markers` finds: the
+iterations that end at each ``optimizer.step()``, else the repeated runs of its top-level ops). The
+records are :mod:`simhpc.trace.records`. simhpc's own traces are Chrome JSON too.
 
 Nesting follows the Chrome convention: on one track, an event inside another's interval is its
 child, so a parent's duration is its children's plus its own overhead (``self_time``).
@@ -19,125 +19,26 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from simhpc.costs.opnames import classify
 from simhpc.engine.recorder import TraceRecorder
-from simhpc.errors import SimhpcError
 from simhpc.jsonfile import load_json_file
+from simhpc.trace.records import (
+    PROFILER_STEPS,
+    PYTHON_FRAMES,
+    MemoryEvent,
+    OpRecord,
+    Step,
+    Trace,
+    TraceError,
+)
+from simhpc.trace.step_markers import derived_steps
 
 _US = 1e-6
 _STEP = re.compile(r"ProfilerStep#(\d{1,18})$")
-_OPTIMIZER_STEP = re.compile(r"Optimizer\.step#\w+\.step$")
-"""torch.optim's annotation of each ``optimizer.step()`` call (``Optimizer.step#AdamW.step``)."""
-PROFILER_STEPS = "ProfilerStep"
-OPTIMIZER_STEPS = "Optimizer.step"
-REPEATED_RUNS = "repetition"
-MIN_PERIOD_OPS = 4
-"""Fewest top-level ops in a repeated run (:func:`repeated_steps`): a linear layer and its
-activation repeat within one forward pass of a stack of them."""
 _EPS = 1e-12
-
-
-class TraceError(SimhpcError):
-    """A trace file is missing, unreadable, or not a Chrome trace."""
-
-
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-"""torch.profiler categories of work that ran on a GPU (its kernels, copies and fills)."""
-
-
-@dataclass(slots=True)
-class OpRecord:
-    """One timed op or span of a trace. Times are seconds from the trace's origin."""
-
-    index: int
-    name: str
-    kind: str
-    """``gemm``, ``conv``, ``elementwise``, ``reduction``, ``view``, ``group``, ``step`` or ``unknown``."""
-    start: float
-    duration: float
-    track: str
-    category: str = ""
-    shapes: list[Any] = field(default_factory=list)
-    dtypes: list[str] = field(default_factory=list)
-    concrete: list[Any] = field(default_factory=list)
-    """torch's ``Concrete Inputs`` (scalars and int lists as strings)."""
-    args: dict[str, Any] = field(default_factory=dict)
-    parent: int | None = None
-    depth: int = 0
-    children: list[int] = field(default_factory=list)
-    step: int | None = None
-    self_time: float = 0.0
-
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """A profiler step (``ProfilerStep#N``)."""
-
-    number: int
-    start: float
-    duration: float
-    track: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEvent:
-    """One CPU allocation (``size`` > 0) or free (``size`` < 0): torch.profiler's ``[memory]``
-    instant events, written with ``profile_memory=True``. Seconds from the trace's origin; bytes."""
-
-    time: float
-    address: int
-    size: int
-
-
-@dataclass
-class Trace:
-    """The ops of one trace file.
-
-    Attributes:
-        source: the file.
-        format: ``torch.profiler`` or ``chrome``.
-        ops: every complete event, in (track, start) order; ``ops[i].index == i``.
-        steps: profiler steps in time order ([] if the trace has none).
-        steps_from: what marked them: ``ProfilerStep`` events, or, in a trace without any (a loop
-            profiled without a ``schedule``), the ends of its ``optimizer.step()`` calls
-            (:func:`optimizer_steps`), else the repeated runs of its top-level ops
-            (:func:`repeated_steps`, ``repetition``).
-        metadata: the file's top-level keys other than ``traceEvents``.
-        skipped: counts of events not read, by reason (never silently dropped).
-        notes: counts of events read but suspect, by what is wrong with them (e.g. one that
-            overlaps an event of its thread without nesting in it).
-        memory: CPU allocations and frees ([] unless profiled with ``profile_memory=True``).
-    """
-
-    source: str
-    format: str
-    ops: list[OpRecord]
-    steps: list[Step]
-    metadata: dict[str, Any]
-    skipped: dict[str, int]
-    notes: dict[str, int] = field(default_factory=dict)
-    memory: list[MemoryEvent] = field(default_factory=list)
-    steps_from: str = PROFILER_STEPS
-
-    @property
-    def tracks(self) -> list[str]:
-        """Track labels in first-appearance order."""
-        return list(dict.fromkeys(op.track for op in self.ops))
-
-    def span(self) -> float:
-        """Seconds from the first op's start to the last op's end."""
-        if not self.ops:
-            return 0.0
-        return max(op.end for op in self.ops) - min(op.start for op in self.ops)
 
 
 def _load_json(path: Path) -> Any:
@@ -292,12 +193,6 @@ IMPROPER_NESTING = ("complete events that start inside another of their thread a
 """The :attr:`Trace.notes` key counting such events."""
 
 
-PYTHON_FRAMES = "python_function"
-"""The category of the Python frames torch.profiler records with ``with_stack=True``."""
-PROFILER_SPAN = "Trace"
-"""The category of the profiler's own span over the whole capture (``PyTorch Profiler (0)``)."""
-
-
 def _nest(ops: list[OpRecord]) -> int:
     """Parents, depths, children and self times; ``ops`` sorted by (track, start, -duration).
     Returns how many ops overlap an op of their track without nesting in it (Python frames
@@ -419,97 +314,11 @@ def parse_trace(data: Any, source: str = "<trace>") -> Trace:
     )
     steps_from = PROFILER_STEPS
     if not steps and is_torch:
-        steps, steps_from = _derived_steps(ops)
+        steps, steps_from = derived_steps(ops)
     _assign_steps(ops, steps)
     notes = {IMPROPER_NESTING: improper} if improper else {}
     return Trace(source, "torch.profiler" if is_torch else "chrome", ops, steps, metadata, dict(skipped), notes,
                  _memory_events(events, origin), steps_from)
-
-
-def _derived_steps(ops: list[OpRecord]) -> tuple[list[Step], str]:
-    """The steps of a torch.profiler trace without ``ProfilerStep`` events and what marked them
-    (:attr:`Trace.steps_from`): its optimizer steps, else its repeated runs of top-level ops."""
-    for derive, marker in ((optimizer_steps, OPTIMIZER_STEPS), (repeated_steps, REPEATED_RUNS)):
-        steps = derive(ops)
-        if steps:
-            return steps, marker
-    return [], PROFILER_STEPS
-
-
-def _spans(starts: list[float], ends: list[float], track: str) -> list[Step]:
-    return [Step(number, start, end - start, track)
-            for number, (start, end) in enumerate(zip(starts, ends, strict=True))]
-
-
-NOT_WORK = ("user_annotation", PYTHON_FRAMES, PROFILER_SPAN)
-"""Categories of events that time no framework work: annotations (``record_function``, torch.optim's
-own, the steps), ``with_stack=True``'s Python frames, the profiler's span of the whole capture."""
-
-
-def _framework_top(ops: list[OpRecord], op: OpRecord) -> bool:
-    """Whether ``op`` is an event of the framework (not a Python frame) inside no other such event."""
-    if op.category in (PYTHON_FRAMES, PROFILER_SPAN):
-        return False
-    parent = op.parent
-    while parent is not None and ops[parent].category == PYTHON_FRAMES:
-        parent = ops[parent].parent
-    return parent is None
-
-
-def optimizer_steps(ops: list[OpRecord]) -> list[Step]:
-    """The training iterations of a trace without ``ProfilerStep`` events (torch.profiler marks none
-    unless given a ``schedule``), each ending where a run of ``optimizer.step()`` calls ends (several
-    optimizers step one after another; a run is broken by framework work between two calls) and
-    starting where the previous one ended (the first: at the trace's first op); none unless there
-    are two or more. The calls may sit inside Python frames (``with_stack=True``) or an annotation
-    of the user's (``record_function``). ``ops`` in (track, start) order, nested."""
-    track = next((op.track for op in ops if _OPTIMIZER_STEP.match(op.name)), None)
-    if track is None:
-        return []
-    calls: list[OpRecord] = []
-    work: list[float] = []  # starts of framework work on the track outside the optimizers' annotations
-    inside_until = -math.inf  # the end of the latest optimizer annotation (step, zero_grad)
-    for op in ops:  # start order within the track, parents first
-        if op.track != track or op.start < inside_until:
-            continue
-        if op.name.startswith("Optimizer."):
-            inside_until = op.end
-            if _OPTIMIZER_STEP.match(op.name):
-                calls.append(op)
-        elif op.category not in NOT_WORK:
-            work.append(op.start)
-    ends = [calls[0].end]
-    for previous, call in pairwise(calls):
-        if bisect.bisect_left(work, call.start) > bisect.bisect_right(work, previous.end):
-            ends.append(call.end)
-        else:
-            ends[-1] = call.end  # another optimizer of the same iteration
-    if len(ends) < 2:
-        return []
-    first = min(op.start for op in ops if op.category != PROFILER_SPAN)
-    return _spans([first, *ends[:-1]], ends, track)
-
-
-def repeated_steps(ops: list[OpRecord]) -> list[Step]:
-    """The calls of a loop profiled without a ``schedule`` and without an optimizer (a model's
-    forward passes): where the top-level framework events of the busiest thread (Python frames
-    seen through) are one sequence run two or more times over, of :data:`MIN_PERIOD_OPS` events
-    at least or of annotations only (the user's ``record_function`` around each call), each run
-    is a step, from its first event's start to the next's (the last: to its last event's end);
-    none otherwise. ``ops`` in (track, start) order, nested."""
-    tops = [op for op in ops if _framework_top(ops, op)]
-    if not tops:
-        return []
-    track = Counter(op.track for op in tops).most_common(1)[0][0]
-    roots = [op for op in tops if op.track == track]
-    names = [op.name for op in roots]
-    count = len(names)
-    for period in range(1, count // 2 + 1):
-        marked = period >= MIN_PERIOD_OPS or all(op.category == "user_annotation" for op in roots[:period])
-        if marked and count % period == 0 and names[period:] == names[:-period]:
-            starts = [roots[i].start for i in range(0, count, period)]
-            return _spans(starts, [*starts[1:], max(op.end for op in roots[-period:])], track)
-    return []
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
