@@ -2,7 +2,7 @@
 
 ``build_model(name, micro_batch, seq_len=..., image_size=..., dtype=...)`` returns a
 :class:`ModelProfile` for ``bert-base``, ``bert-large``, ``resnet-50``, ``resnet-101`` or
-``resnet-152`` (registry family ``model``).
+``resnet-152`` (registry family ``model``); :func:`uniform_model`, identical layers with given times.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from simhpc.models.bert import bert
 from simhpc.models.profile import Layer, LayerCosts, ModelProfile
 from simhpc.models.resnet import resnet
+from simhpc.models.uniform import uniform_model
 from simhpc.registry import lookup, register
 
 TRANSFORMERS = ("bert-base", "bert-large")
@@ -36,4 +37,5 @@ def build_model(name: str, micro_batch: int, *, seq_len: int = 512, image_size: 
     return builder(micro_batch, seq_len=seq_len, dtype=dtype, **extra)
 
 
-__all__ = ["CONVNETS", "TRANSFORMERS", "Layer", "LayerCosts", "ModelProfile", "bert", "build_model", "resnet"]
+__all__ = ["CONVNETS", "TRANSFORMERS", "Layer", "LayerCosts", "ModelProfile", "bert", "build_model", "resnet",
+           "uniform_model"]

@@ -92,6 +92,8 @@ class ModelProfile:
     dtype: str
     layers: tuple[Layer, ...]
     description: str = ""
+    fixed_costs: LayerCosts | None = field(default=None, compare=False, repr=False)
+    """Per-layer figures given rather than derived from kernels (:mod:`simhpc.models.uniform`)."""
     _cache: dict[tuple[CostModel, str], LayerCosts] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -101,6 +103,8 @@ class ModelProfile:
 
     def costs(self, cost_model: CostModel, gpu: GpuSpec) -> LayerCosts:
         """Per-layer durations on ``gpu`` (kernel durations summed) and byte counts."""
+        if self.fixed_costs is not None:
+            return self.fixed_costs
         key = (cost_model, gpu.name)
         cached = self._cache.get(key)
         if cached is not None:

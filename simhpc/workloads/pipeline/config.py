@@ -2,17 +2,70 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator
 
 from simhpc.models import CONVNETS, TRANSFORMERS
 from simhpc.models.bert import MAX_POSITIONS
 from simhpc.policies.pipeline import ScheduleConfig
-from simhpc.scenario.types import PositiveInt, PositiveSize, Strict, Time
+from simhpc.scenario.types import PositiveInt, PositiveSize, Size, Strict, Time
+from simhpc.units import format_time
 
 ModelName = Literal["bert-base", "bert-large", "resnet-50", "resnet-101", "resnet-152"]
 assert set(ModelName.__args__) == set(TRANSFORMERS + CONVNETS)  # type: ignore[attr-defined]
+
+
+class UniformModel(Strict):
+    """A synthetic model of identical layers whose per-micro-batch times and bytes are given
+    (:mod:`simhpc.models.uniform`): cut into a number of stages that divides ``layers``, identical
+    stages, as the analytic bubble formulas assume."""
+
+    kind: Literal["uniform"]
+    layers: Annotated[int, Field(gt=0, le=4096, strict=True)]
+    """Layers to cut into stages (a schedule needs at least as many as it has stages)."""
+    forward: Time
+    """Forward time of one layer for one micro-batch (more than 0)."""
+    backward: Time
+    """Backward time of one layer (input and weight gradients together)."""
+    weight_grad: Time | None = None
+    """The weight-gradient part of ``backward`` (split-backward schedules; default: half of it)."""
+    params: Annotated[int, Field(ge=0, le=10**12, strict=True)] = 0
+    """Parameters of one layer (memory: weights, gradients and optimizer state; at most 10^12)."""
+    stash: Size = 0.0
+    """Activation bytes one layer keeps from forward to backward, per micro-batch."""
+    boundary: Size = 0.0
+    """Bytes sent to the next GPU when a stage ends after a layer (and gradient bytes sent back)."""
+
+    @field_validator("forward")
+    @classmethod
+    def _forward_takes_time(cls, seconds: float) -> float:
+        if seconds <= 0:
+            raise ValueError("a layer's forward must take some time (more than 0 s)")
+        return seconds
+
+    @field_validator("weight_grad")
+    @classmethod
+    def _weight_grad_within_backward(cls, seconds: float | None, info: ValidationInfo) -> float | None:
+        backward = info.data.get("backward")
+        if seconds is not None and backward is not None and seconds > backward:
+            raise ValueError("the weight-gradient part of backward cannot be longer than backward "
+                             f"({format_time(backward)})")
+        return seconds
+
+    def __str__(self) -> str:
+        return "the uniform model"
+
+
+def _model_form(value: Any) -> str:
+    """Which member of ``model`` a value is for: a mapping the uniform model, else a name (so an
+    error names one member's expectation, not both)."""
+    return "uniform" if isinstance(value, (Mapping, UniformModel)) else "name"
+
+
+Model = Annotated[Annotated[ModelName, Tag("name")] | Annotated[UniformModel, Tag("uniform")],
+                  Discriminator(_model_form)]
 
 
 _WRONG_INPUT = {"seq_len": (CONVNETS, "images, not sequences", "image_size"),
@@ -28,7 +81,8 @@ class PipelineTrainingConfig(Strict):
     """
 
     kind: Literal["pipeline_training"]
-    model: ModelName
+    model: Model
+    """A named model (layer times from its kernels and the cost model) or ``{kind: uniform, ...}``."""
     micro_batch_size: PositiveInt = 8
     """Samples per micro-batch."""
     micro_batches: Annotated[int, Field(gt=0, le=4096, strict=True)] = 8
@@ -64,6 +118,9 @@ class PipelineTrainingConfig(Strict):
     def _input_size_fits_the_model(cls, size: int, info: ValidationInfo) -> int:
         """An input size the model does not take is a mistake, not a no-op (set fields only)."""
         model = info.data.get("model")
+        if isinstance(model, UniformModel):
+            raise ValueError(f"the uniform model takes no input: remove {info.field_name} (its layers' times "
+                             "and bytes are given)")
         others, takes, instead = _WRONG_INPUT[info.field_name]
         if model in others:
             raise ValueError(f"{model} takes {takes}: remove {info.field_name} ({instead} sets the input)")

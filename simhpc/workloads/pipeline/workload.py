@@ -19,7 +19,7 @@ from typing import Any
 from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import GpuSpec
-from simhpc.models import ModelProfile, build_model
+from simhpc.models import ModelProfile, build_model, uniform_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
@@ -28,7 +28,7 @@ from simhpc.policies.pipeline.timing import plan_timing
 from simhpc.registry import lookup, register
 from simhpc.units import format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
-from simhpc.workloads.pipeline.config import PipelineTrainingConfig, bytes_per_param
+from simhpc.workloads.pipeline.config import PipelineTrainingConfig, UniformModel, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
 from simhpc.workloads.pipeline.stages import StageCosts, stage_costs
 
@@ -40,7 +40,13 @@ def schedule_of(config: PipelineTrainingConfig) -> PipelineSchedule:
 
 def model_of(config: PipelineTrainingConfig) -> ModelProfile:
     """The model profile at the configured micro-batch and input shape."""
-    return build_model(config.model, config.micro_batch_size, seq_len=config.seq_len,
+    model = config.model
+    if isinstance(model, UniformModel):
+        weight_grad = model.backward / 2 if model.weight_grad is None else model.weight_grad
+        return uniform_model(model.layers, config.micro_batch_size, config.dtype, forward_s=model.forward,
+                             backward_s=model.backward, weight_grad_s=weight_grad, params=model.params,
+                             stash_bytes=model.stash, boundary_bytes=model.boundary)
+    return build_model(model, config.micro_batch_size, seq_len=config.seq_len,
                        image_size=config.image_size, dtype=config.dtype)
 
 
@@ -152,7 +158,7 @@ class PipelineTrainingWorkload(Workload):
         bubbles = executor.bubble_fractions()
         result: dict[str, Any] = {
             "kind": "pipeline_training",
-            "model": c.model,
+            "model": c.model if isinstance(c.model, str) else c.model.model_dump(),
             "model_params": self.model.params,
             "gpu": self.gpu.name,
             "schedule": c.schedule.model_dump(),

@@ -1,0 +1,84 @@
+"""``workload.model: {kind: uniform}``: identical layers with given times, so a scenario file run
+with ``simhpc run`` meets the textbook bubble formulas exactly (scenarios/pipeline_uniform.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simhpc.errors import ScenarioError
+from simhpc.runner import simulate
+from simhpc.scenario.loader import load_scenario
+
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "pipeline_uniform.yaml"
+LAYERS = 96  # divisible by every stage count below (up to 16 devices x 2 chunks)
+
+
+def summary(*overrides: str) -> dict:
+    """The workload summary of the scenario with ``LAYERS`` layers, 16 GPUs to use, and no parameters
+    or activations unless ``overrides`` give them (Chimera's replicas would exchange gradients)."""
+    scenario = load_scenario(SCENARIO, ["outputs={trace: false, timeline: false}",
+                                        "hardware.nodes.free-link-node.gpus=16", f"workload.model.layers={LAYERS}",
+                                        "workload.model.params=0", "workload.model.stash=0 B", *overrides])
+    result = simulate(scenario, str(SCENARIO)).summary
+    assert result["status"] == "ok", result.get("error")
+    return result["workload"]
+
+
+def bubble(schedule: str, p: int, m: int, *overrides: str) -> float:
+    return summary(f"workload.schedule={schedule}", f"workload.devices={p}", f"workload.micro_batches={m}",
+                   *overrides)["bubble_fraction"]
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+def test_gpipe_and_1f1b_meet_their_formula_and_iteration_time(p: int, m: int) -> None:
+    for schedule in ("{kind: gpipe}", "{kind: 1f1b}"):
+        run = summary(f"workload.schedule={schedule}", f"workload.devices={p}", f"workload.micro_batches={m}")
+        assert run["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), abs=1e-9)
+        stage_s = LAYERS // p * (1e-3 + 2e-3)  # forward + backward of a stage
+        assert run["iteration_time_s"] == pytest.approx((m + p - 1) * stage_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 5), (8, 8), (8, 16), (16, 16)])
+@pytest.mark.parametrize("v", [2, 3])
+def test_interleaved_and_round_robin_prt_meet_the_interleaved_formula(p: int, m: int, v: int) -> None:
+    expected = (p - 1) / (v * m + p - 1)
+    assert bubble(f"{{kind: interleaved, v: {v}}}", p, m) == pytest.approx(expected, abs=1e-9)
+    assert bubble(f"{{kind: prt, k: {v}}}", p, m) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)])
+def test_chimera_meets_its_formula_with_equal_forward_and_backward(p: int, m: int) -> None:
+    assert bubble("{kind: chimera}", p, m, "workload.model.backward=1 ms") == pytest.approx(
+        (p - 2) / (2 * m + p - 2), abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (8, 8), (8, 24), (16, 16)])
+def test_zero_bubble_h1_meets_its_formula_with_equal_f_b_w(p: int, m: int) -> None:
+    # backward 2 ms with half of it the weight gradient: F = B = W = 1 ms a layer
+    assert bubble("{kind: zb-h1}", p, m) == pytest.approx((p - 1) / (3 * m + p - 1), abs=1e-9)
+
+
+def test_memory_is_the_stage_state_plus_the_micro_batches_in_flight() -> None:
+    p, m, per_stage = 8, 12, LAYERS // 8
+    run = summary("workload.devices=8", f"workload.micro_batches={m}", "workload.model.params=1000",
+                  "workload.model.stash=1 MiB", "workload.optimizer=adam", "workload.dtype=fp16")
+    state = per_stage * 1000 * 16  # fp16 weights and gradients, fp32 master weights, Adam's two moments
+    stash = per_stage * 2**20
+    in_flight = [min(p - device, m) for device in range(p)]  # 1F1B: p on the first stage, 1 on the last
+    assert run["peak_memory_bytes"] == pytest.approx([state + n * stash for n in in_flight], rel=1e-12)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["workload.seq_len=128"], "workload.seq_len: the uniform model takes no input"),
+    (["workload.model.weight_grad=3 ms"], "workload.model.weight_grad: the weight-gradient part of backward"),
+    (["workload.model.forward=0 s"], "workload.model.forward: a layer's forward must take some time"),
+    (["workload.model.kind=uniformm"], "workload.model.kind: Input should be 'uniform'"),
+    (["workload.model.layers=4"], "workload.schedule: 8 stages for the uniform model, which has only 4 layers"),
+])
+def test_a_bad_uniform_model_is_refused_naming_the_field(overrides: list[str], message: str) -> None:
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(")):
+        scenario = load_scenario(SCENARIO, overrides)
+        simulate(scenario, str(SCENARIO))
