@@ -23,8 +23,9 @@ class UniformModel(Strict):
     stages, as the analytic bubble formulas assume."""
 
     kind: Literal["uniform"]
-    layers: Annotated[int, Field(gt=0, le=4096, strict=True)]
-    """Layers to cut into stages (a schedule needs at least as many as it has stages)."""
+    layers: Annotated[int, Field(gt=0, le=512, strict=True)]
+    """Layers to cut into stages (a schedule needs at least as many as it has stages; at most 512, more
+    than ResNet-152's 362: stages x micro-batches ops, each planned and simulated)."""
     forward: Time
     """Forward time of one layer for one micro-batch (more than 0)."""
     backward: Time
