@@ -77,6 +77,7 @@ def test_memory_is_the_stage_state_plus_the_micro_batches_in_flight() -> None:
     (["workload.model.forward=0 s"], "workload.model.forward: a layer's forward must take some time"),
     (["workload.model.kind=uniformm"], "workload.model.kind: Input should be 'uniform'"),
     (["workload.model.layers=4"], "workload.schedule: 8 stages for the uniform model, which has only 4 layers"),
+    (["workload.model=uniform"], "workload.model: the uniform model takes its layers' figures"),
 ])
 def test_a_bad_uniform_model_is_refused_naming_the_field(overrides: list[str], message: str) -> None:
     with pytest.raises(ScenarioError, match=message.replace("(", r"\(")):

@@ -23,6 +23,7 @@ register("model", "bert-base")(partial(bert, "base"))
 register("model", "bert-large")(partial(bert, "large"))
 for _depth in (50, 101, 152):
     register("model", f"resnet-{_depth}")(partial(resnet, _depth))
+register("model", "uniform")(uniform_model)  # listed by `simhpc list`; a scenario gives its figures
 
 
 def build_model(name: str, micro_batch: int, *, seq_len: int = 512, image_size: int = 224,
@@ -31,6 +32,9 @@ def build_model(name: str, micro_batch: int, *, seq_len: int = 512, image_size: 
 
     Transformers take ``seq_len``, convolutional networks ``image_size``; the other is ignored.
     """
+    if name == "uniform":
+        raise ValueError("the uniform model has no shapes to build from: give its layers' figures "
+                         "(workload.model: {kind: uniform, ...}, or uniform_model(...))")
     builder = lookup("model", name)
     if name in CONVNETS:
         return builder(micro_batch, image_size=image_size, dtype=dtype, **extra)
