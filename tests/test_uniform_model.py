@@ -1,5 +1,6 @@
 """``workload.model: {kind: uniform}``: identical layers with given times, so a scenario file run
-with ``simhpc run`` meets the textbook bubble formulas exactly (scenarios/pipeline_uniform.yaml)."""
+with ``simhpc run`` meets the textbook bubble formulas exactly (scenarios/pipeline_uniform.yaml),
+on one node or across several."""
 
 from __future__ import annotations
 
@@ -71,6 +72,29 @@ def test_memory_is_the_stage_state_plus_the_micro_batches_in_flight() -> None:
     assert run["peak_memory_bytes"] == pytest.approx([state + n * stash for n in in_flight], rel=1e-12)
 
 
+FREE_NODE = "hardware.nodes.free-link-node"
+
+
+def test_a_pipeline_across_free_nodes_meets_the_formula() -> None:
+    """16 devices over two 8-GPU nodes whose every link (NVLink, PCIe, NIC) is free."""
+    free = [f"{FREE_NODE}.gpus=8", "network.topology.nodes=2", f"{FREE_NODE}.pcie={{bandwidth: 1 PB/s, latency: 0 s}}",
+            f"{FREE_NODE}.nic={{bandwidth: 1 PB/s, latency: 0 s}}"]
+    run = summary(*free, "workload.devices=16", "workload.micro_batches=8")
+    assert run["devices"] == 16
+    assert run["bubble_fraction"] == pytest.approx(15 / 23, abs=1e-9)
+
+
+def test_the_boundary_between_nodes_costs_the_nic_path() -> None:
+    """Two DGX-A100s (NVLink 300 GB/s; PCIe and NICs 25 GB/s) against one node of 16 such GPUs: the
+    one stage boundary that crosses nodes moves its 64 MiB at 25 GB/s, not 300, and lies on 1F1B's
+    critical path twice: the first micro-batch's activation (fill), the last one's gradient (drain)."""
+    shared = ["workload.devices=16", "workload.micro_batches=8", "workload.model.boundary=64 MiB"]
+    two_nodes = summary(*shared, "network.topology.node=dgx-a100", "network.topology.nodes=2")
+    one_node = summary(*shared, f"{FREE_NODE}.gpu_link={{bandwidth: 300 GB/s, latency: 2 us}}")
+    extra = 2**26 / 25e9 - 2**26 / 300e9  # one crossing, over PCIe and the NIC instead of NVLink
+    assert two_nodes["iteration_time_s"] - one_node["iteration_time_s"] == pytest.approx(2 * extra, rel=0.02)
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["workload.seq_len=128"], "workload.seq_len: the uniform model takes no input"),
     (["workload.model.weight_grad=3 ms"], "workload.model.weight_grad: the weight-gradient part of backward"),
@@ -78,6 +102,7 @@ def test_memory_is_the_stage_state_plus_the_micro_batches_in_flight() -> None:
     (["workload.model.kind=uniformm"], "workload.model.kind: Input should be 'uniform'"),
     (["workload.model.layers=4"], "workload.schedule: 8 stages for the uniform model, which has only 4 layers"),
     (["workload.model=uniform"], "workload.model: the uniform model takes its layers' figures"),
+    (["workload.devices=9"], "workload.devices: 9 devices requested, the cluster has 8 GPUs"),
 ])
 def test_a_bad_uniform_model_is_refused_naming_the_field(overrides: list[str], message: str) -> None:
     with pytest.raises(ScenarioError, match=message.replace("(", r"\(")):

@@ -75,7 +75,7 @@ _WRONG_INPUT = {"seq_len": (CONVNETS, "images, not sequences", "image_size"),
 
 
 class PipelineTrainingConfig(Strict):
-    """Pipeline-parallel training of one model on the GPUs of one node.
+    """Pipeline-parallel training of one model on the GPUs of one node or several.
 
     ``micro_batches`` counts the micro-batches of one iteration over all pipelines (a
     bidirectional schedule sends half of them each way); an iteration ends with a flush.
@@ -95,7 +95,8 @@ class PipelineTrainingConfig(Strict):
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     schedule: ScheduleConfig
     devices: PositiveInt | None = None
-    """GPUs taking part: the first N GPUs of node ``n0`` (default: all of them)."""
+    """GPUs taking part: the first N, node by node (``n0``'s, then ``n1``'s, ...; default: all of them).
+    Consecutive devices on different nodes pass activations over PCIe, the NICs and the fabric."""
     stage_overhead: Time = 0.0
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""

@@ -1,11 +1,13 @@
-"""``kind: pipeline_training`` — a model trained pipeline-parallel on the GPUs of one node.
+"""``kind: pipeline_training`` — a model trained pipeline-parallel on the GPUs of one node or more.
 
 The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced on
 forward + backward time: of the cuts with the smallest largest stage, the min-max search's own or
 the most even one, whichever the schedule's dry run with the profiled times finishes first), the
 schedule (registry family ``pipeline``) returns the per-device op lists, and
 :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with activation and gradient
-transfers over the node's links (``network``).
+transfers over the cluster's links (``network``): NVLink inside a node; PCIe, the NICs and the fabric
+between consecutive devices on different nodes (devices are taken node by node). The schedules plan
+with the transfer time between the first two devices.
 
 Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
 iteration time)``: the devices' idle share of the iteration), per-device peak memory and its
@@ -54,7 +56,7 @@ def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
     """Validate device count, schedule and model cut; return the device count."""
     devices = config.devices or gpus
     if devices > gpus:
-        raise InvalidReference("devices", f"{devices} devices requested, the node has {gpus} GPUs")
+        raise InvalidReference("devices", f"{devices} devices requested, the cluster has {gpus} GPUs")
     if devices < 2:
         raise InvalidReference("devices", "pipeline parallelism needs at least 2 devices")
     schedule = schedule_of(config)
@@ -83,7 +85,7 @@ class PipelineTrainingWorkload(Workload):
     @classmethod
     def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
         node = gpu_cluster_node("pipeline_training", catalog, topology, config.dtype)
-        _check_shapes(config, node.gpus)
+        _check_shapes(config, node.gpus * topology.nodes)
         gpu = node.gpu
         if gpu is not None and config.memory_capacity is not None and config.memory_capacity > gpu.memory_capacity:
             raise InvalidReference("memory_capacity", f"{format_size(config.memory_capacity)} is more than GPU "
@@ -95,7 +97,7 @@ class PipelineTrainingWorkload(Workload):
         assert node is not None and node.gpu is not None  # checked by check()
         self.gpu: GpuSpec = node.gpu
         network = context.network
-        gpus = [name for name in network.topology.endpoints if name.startswith("n0.gpu")]
+        gpus = [name for name in network.topology.endpoints if ".gpu" in name]  # node by node
         count = _check_shapes(config, len(gpus))
         self.device_names = names = gpus[:count]
         self.schedule = schedule_of(config)
