@@ -1149,6 +1149,7 @@ def test_microbench_measures_the_few_points_read_on_a_shared_core_again(monkeypa
     assert result["probes"]["L1 probe"]["retaken"] == 2 and result["probes"]["L1 probe"]["shared_points"] == 2
 
 
+@pytest.mark.host_timing
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_microbench_l1_probe_reads_an_l1_hit() -> None:
     """Over three quarters of a 32 KiB L1: a few nanoseconds a load, not DRAM's hundred, on the
@@ -1192,6 +1193,7 @@ def test_microbench_larger_16bit_products_only_where_the_cpu_computes_them() -> 
         assert labels(("bf16",), "fp16") == labels((), "fp16")
 
 
+@pytest.mark.host_timing
 def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     """A write into freshly mapped memory takes longer than into touched memory, by a per-page
     cost of the order of a page fault (a microsecond, not a nanosecond or a millisecond)."""
@@ -1208,6 +1210,7 @@ def test_microbench_first_touch_costs_a_page_fault_per_page() -> None:
     assert labels == [f"first touch {t}t {size} B" for t in (1, 2) for size in (512 << 10, 2 << 20, 8 << 20, 64 << 20)]
 
 
+@pytest.mark.host_timing
 def test_microbench_unmapping_written_memory_costs_a_fraction_of_a_fault_per_page() -> None:
     """Unmapping a buffer the cores wrote takes time per page (the kernel frees each one): of the
     order of a tenth of a microsecond, on each thread count the suite measures."""
@@ -1268,6 +1271,7 @@ def test_microbench_first_touch_maps_private_memory_as_malloc_does(monkeypatch: 
     assert flags and all(f & mmap.MAP_PRIVATE and not f & mmap.MAP_SHARED for f in flags)
 
 
+@pytest.mark.host_timing
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_microbench_dispatch_costs_are_microseconds() -> None:
     """The profiled self time of a view op and the gaps between two calls from Python and from
@@ -1285,6 +1289,7 @@ def test_microbench_dispatch_costs_are_microseconds() -> None:
         assert rows[f"{what}_cold"]["time_s"] > rows[what]["time_s"]
 
 
+@pytest.mark.host_timing
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_microbench_training_step_transitions_grow_with_what_the_step_moves() -> None:
     """Each transition of the profiled training loop is measured once a profiled step, at every
@@ -1305,6 +1310,7 @@ def test_microbench_training_step_transitions_grow_with_what_the_step_moves() ->
         assert deep["time_s"] > 2 * rows[0]["time_s"], what  # zero_grad, the engine and the optimizer visit more
 
 
+@pytest.mark.host_timing
 def test_the_first_product_after_a_training_step_pays_more_than_the_probe_ops_mean() -> None:
     """``evicted_call`` records the probe's product's own extra after the network's step
     (``product_extra_s``): the BLAS's code is fetched again besides the op's own, more than the
@@ -1318,6 +1324,7 @@ def test_the_first_product_after_a_training_step_pays_more_than_the_probe_ops_me
     assert row["product_extra_s"] > row["time_s"] > 0
 
 
+@pytest.mark.host_timing
 def test_microbench_repeats_give_way_to_the_deadline() -> None:
     """A repeat its first round says would end past the deadline is skipped; the point stays."""
     from simhpc.costs.benchsuite import load_submodule
@@ -1334,6 +1341,7 @@ def test_microbench_repeats_give_way_to_the_deadline() -> None:
     assert runner.run(tasks, deadline_s=10.0)["kernels"]["gemm"] == [{"time_s": 1.0, "rounds": 2}]
 
 
+@pytest.mark.host_timing
 def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
     """Points get their whole budget while the first round, projected at its pace, ends by 85 % of
     the deadline; behind that, a share in proportion, never below a tenth: less sampling time,
@@ -1361,6 +1369,7 @@ def test_microbench_first_round_samples_less_when_it_falls_behind() -> None:
     assert timing.paced(timing.FULL) == timing.FULL
 
 
+@pytest.mark.host_timing
 @pytest.mark.skipif(
     shutil.which("gcc") is None or importlib.util.find_spec("threadpoolctl") is None,
     reason="needs gcc and threadpoolctl",
@@ -2147,6 +2156,7 @@ def test_cold_products_pay_at_most_one_dram_pass_over_their_bytes(cal_path: Path
     assert charged == pytest.approx(50e-6 + product.bytes() / cal.model_bandwidth(1), rel=1e-6)
 
 
+@pytest.mark.host_timing
 def test_clock_probe_is_not_fooled_by_folded_adds() -> None:
     """The dependent-add chain reads the core clock, not several adds a cycle (the immediate form
     read 19 GHz on a 3.6 GHz Xeon, whose renamer folds adds of an immediate)."""
@@ -2263,6 +2273,7 @@ def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> Non
         validate(data, "bad.json")
 
 
+@pytest.mark.host_timing
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_microbench_recurrent_layer_times_are_milliseconds() -> None:
     """oneDNN's LSTM layer, forward and backward, on the smallest point: neither a clock error

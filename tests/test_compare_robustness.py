@@ -158,10 +158,10 @@ def test_a_gzipped_calibration_reads_as_the_plain_one(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "expected"), [
     (b"\x1f\x8b\x08\x00garbage, not deflate", "broken gzip file"),
-    (gzip.compress(b"\xff\xfe\x00binary"), "not UTF-8 text"),
+    (gzip.compress(b"\xff\xfe\x00binary", mtime=0), "not UTF-8 text"),
     (b"\x00\x01\xff\xfe", "not UTF-8 text"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-])
+], ids=["broken-gzip", "gzipped-binary", "binary", "deep-nesting"])
 def test_an_unreadable_calibration_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
     path = tmp_path / "cal.json.gz"
     path.write_bytes(content)
