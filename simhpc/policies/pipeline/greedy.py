@@ -202,8 +202,9 @@ class _ReadyOps:
         held = self._queued if op in self._place else self._free
         held[self._run.device(op)][op] = next(self._arrival)
 
-    def candidates(self, device: int, heads: Sequence[int]) -> list[Op]:
-        """The ready ops of ``device`` that may be admissible, in the order they became ready."""
+    def candidates(self, device: int, heads: Sequence[int]) -> list[tuple[int, Op]]:
+        """The ready ops of ``device`` that may be admissible, each with its arrival number (unique:
+        the earlier ready, the smaller)."""
         found = [(ops[-1].micro_batch, ops[-1]) for ops in self._firsts[device].values() if ops]
         found += [(arrival, op) for op, arrival in self._free[device].items()]
         queued = self._queued[device]
@@ -211,7 +212,7 @@ class _ReadyOps:
             if heads[number] < len(queue) and queue[heads[number]] in queued:
                 head = queue[heads[number]]
                 found.append((queued[head], head))
-        return [op for _, op in sorted(found, key=lambda item: item[0])]
+        return found
 
     def remove(self, device: int, op: Op) -> None:
         """``op`` starts."""
@@ -311,11 +312,12 @@ def list_schedule(
     while remaining:
         for d in range(devices):
             if run.idle[d]:
-                # the best op that may start (a new micro-batch may not fit); the first on a tie
-                op = min((op for op in ready.candidates(d, heads) if admissible(d, op) and may_enter(op)),
-                         key=priority, default=None)
-                if op is None:
+                # the best op that may start (a new micro-batch may not fit); the first ready on a tie
+                best = min(((priority(op), arrival, op) for arrival, op in ready.candidates(d, heads)
+                            if admissible(d, op) and may_enter(op)), key=lambda item: item[:2], default=None)
+                if best is None:
                     continue
+                op = best[2]
                 if op.kind == FORWARD and op.stage == 0:
                     entered[run.pipeline_of[op.micro_batch]] += 1
                 ready.remove(d, op)
