@@ -818,21 +818,23 @@ MEASURED = {  # step-time error %, GEMM MAPE % of the committed captures (valida
     ("xeon", "transformer_flash_t2"): (-11.3, 7.8),
     ("xeon", "transformer_t1"): (-10.4, 8.4),
     ("xeon", "transformer_t2"): (-11.2, 14.5),
-    ("epyc-zen3", "cnn_t1"): (2.3, 18.9),
-    ("epyc-zen3", "cnn_t2"): (5.5, 19.4),
-    ("epyc-zen3", "mlp_t1"): (-0.3, 3.7),
-    ("epyc-zen3", "mlp_t2"): (-9.0, 9.2),
-    ("epyc-zen3", "transformer_flash_t1"): (-7.4, 9.4),
-    ("epyc-zen3", "transformer_flash_t2"): (-0.9, 6.4),
-    ("epyc-zen3", "transformer_t1"): (-7.0, 7.1),
-    ("epyc-zen3", "transformer_t2"): (-1.7, 6.5),
+    ("epyc-zen3", "cnn_t1"): (0.3, 11.3),
+    ("epyc-zen3", "cnn_t2"): (7.4, 10.8),
+    ("epyc-zen3", "mlp_t1"): (-1.7, 3.6),
+    ("epyc-zen3", "mlp_t2"): (-8.4, 10.5),
+    ("epyc-zen3", "transformer_flash_t1"): (-1.4, 14.0),
+    ("epyc-zen3", "transformer_flash_t2"): (4.3, 6.7),
+    ("epyc-zen3", "transformer_t1"): (-5.3, 6.0),
+    ("epyc-zen3", "transformer_t2"): (1.1, 8.6),
     # bf16 autocast: an extra model, its 16-bit points measured a session later
-    ("epyc-zen3", "mlp_bf16_t1"): (18.9, 14.5),
-    ("epyc-zen3", "mlp_bf16_t2"): (9.3, 15.9),
+    # (the file was extended to suite 42 on a Zen 3 guest of session 55: validation/README.md)
+    ("epyc-zen3", "mlp_bf16_t1"): (8.8, 16.5),
+    ("epyc-zen3", "mlp_bf16_t2"): (10.7, 11.9),
     # an extra model with 51 MB activations, written into freshly mapped memory every step (its three
-    # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little)
-    ("epyc-zen3", "cnn224_t1"): (0.8, 86.9),
-    ("epyc-zen3", "cnn224_t2"): (-22.9, 89.2),
+    # 16 x 64 x 10 classifier products take 10-20 us, at the dispatch floor: the GEMM MAPE means little;
+    # at 2 threads its step pays page faults far over the calibration's probe, as on the Zen 5 guest: 34 % short)
+    ("epyc-zen3", "cnn224_t1"): (-10.9, 28.9),
+    ("epyc-zen3", "cnn224_t2"): (-34.0, 33.8),
     ("epyc-zen2", "cnn_t1"): (2.5, 4.0),
     ("epyc-zen2", "cnn_t2"): (1.2, 12.9),
     ("epyc-zen2", "mlp_t1"): (2.4, 7.1),
@@ -936,8 +938,6 @@ _TINY = ("the classifier's three 0.05-0.25 ms products: what they pay over the c
          "in), more than a charge by the bytes and products that ran before them can follow")
 MISSES = {  # captures that miss the target, and why (measured; see validation/README.md)
     ("xeon", "cnn_t2"): "GEMM MAPE 18 %: " + _TINY,
-    ("epyc-zen3", "cnn_t1"): "GEMM MAPE 19 %: " + _TINY,
-    ("epyc-zen3", "cnn_t2"): "GEMM MAPE 19 %: " + _TINY,
     ("epyc-zen5", "cnn_t1"): "GEMM MAPE 16 %: " + _TINY,
     ("epyc-zen5", "transformer_t2"): "GEMM MAPE 15.9 %, counted op by op: some steps' products took up to 2x "
                                      "the same product's median over the ten steps (the VM's speed at 2 threads "
