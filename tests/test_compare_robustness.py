@@ -87,6 +87,32 @@ def test_recurrent_layers_vote_on_the_thread_count(threads: int, tmp_path: Path)
     assert abs(summary["step_error_pct"]) < 5.0
 
 
+@pytest.mark.parametrize(("at", "warned"), [(1.0, False), (0.5, True), (0.0, False), (1.5, False)])
+def test_products_between_two_counts_predictions_say_the_count_is_a_guess(at: float, warned: bool,
+                                                                          tmp_path: Path) -> None:
+    """LSTM layers measured at the geometric mean of their 1- and 2-thread times (a speed-up a busy host
+    gave in part) fit neither count: the report says it took the nearer as a guess. At either count's
+    own time, or slower than both (cold, or a slower host: the count is not in doubt), no such warning."""
+    data, model = _lstm_trace(1)
+    trace = parse_trace(data, "lstm")
+    cpu, _ = host_specs(load_calibration(RNN_CALIBRATION))
+    kernel = traced_kernel(trace, trace.ops[0]).kernel
+    one, two = model.duration(kernel, cpu, 1), model.duration(kernel, cpu, 2)
+    assert one / two > 1.25**2  # so the midpoint is off by over LOOSE_FIT at both counts
+    seconds = one ** at * two ** (1 - at)
+    for event in data["traceEvents"]:
+        event["dur"] = seconds * 1e6
+    path = tmp_path / "lstm.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["compare", str(path), "--calibration", str(RNN_CALIBRATION), "--json",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    guesses = [w for w in json.loads(result.stdout)["warnings"] if "between the thread counts" in w]
+    assert len(guesses) == warned
+    if warned:
+        assert "1 thread " in guesses[0] and "2 threads " in guesses[0] and "--threads" in guesses[0]
+
+
 def test_threads_above_the_calibrated_range_are_warned_of(tmp_path: Path) -> None:
     """--threads or a recorded num_threads above the cores the calibration measured: a warning
     naming both counts (on stderr and in the JSON report); none within the range."""

@@ -34,7 +34,7 @@ from simhpc.trace.page_charges import EVENTS_AND_HEAP_GROWTH, HEAP_GROWTH
 from simhpc.trace.readers import read_trace
 from simhpc.trace.records import DEVICE_CATEGORIES, OPTIMIZER_STEPS, REPEATED_RUNS, Trace
 from simhpc.trace.step_ops import FRAMEWORK_KINDS
-from simhpc.trace.thread_count import calibrated_thread_counts, infer_threads
+from simhpc.trace.thread_count import best_fit, calibrated_thread_counts, loose_fit_warning, thread_misfits
 from simhpc.units import counted, format_time
 
 
@@ -481,9 +481,12 @@ def command(
     cache = cache or "cold"
     model = CostModel(CalibratedEfficiency(cal, blas=chosen, cache=cache, cores=cores))
     if threads_from == "host":
-        inferred = infer_threads(trace, model, cpu, calibrated_thread_counts(cal))
-        if inferred is not None:
-            used, threads_from = inferred, "inferred"
+        misfits = thread_misfits(trace, model, cpu, calibrated_thread_counts(cal))
+        if misfits is not None:
+            used, threads_from = best_fit(misfits), "inferred"
+            loose = loose_fit_warning(misfits)
+            if loose is not None:
+                warn(loose)
     beyond = thread_range_warning(cal, used, threads_from)
     if beyond is not None:
         warn(beyond)

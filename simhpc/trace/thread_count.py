@@ -38,9 +38,14 @@ PRODUCT_KERNELS = (Gemm, Attention, Recurrent)
 """Kernels timed from the calibration's per-thread-count product surfaces: each votes alike."""
 
 
-def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Sequence[int]) -> int | None:
-    """The count in ``candidates`` whose predictions fit the trace's large products best, or None
-    when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
+LOOSE_FIT = math.log(1.25)
+"""A chosen count whose products are off by more than this (median, either way) is reported as a guess."""
+
+
+def thread_misfits(trace: Trace, model: CostModel, device: Device,
+                   candidates: Sequence[int]) -> dict[int, float] | None:
+    """Per count in ``candidates``, the median log of measured over predicted time of the trace's large
+    products, or None when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
     warm = getattr(model.efficiency, "warm", None)
     loops = CostModel(warm()) if warm is not None else model
     products = []
@@ -52,12 +57,35 @@ def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Se
             products.append((op.self_time, kernel))
     if len(products) < MIN_PRODUCTS or not candidates:
         return None
+    return {threads: statistics.median(math.log(measured / loops.duration(kernel, device, threads))
+                                       for measured, kernel in products)
+            for threads in sorted(candidates)}
 
-    def misfit(threads: int) -> float:
-        return abs(statistics.median(math.log(measured / loops.duration(kernel, device, threads))
-                                     for measured, kernel in products))
 
-    return min(sorted(candidates), key=misfit)
+def best_fit(misfits: dict[int, float]) -> int:
+    """The count whose median log error is nearest zero (the smaller on a tie)."""
+    return min(sorted(misfits), key=lambda threads: abs(misfits[threads]))
+
+
+def infer_threads(trace: Trace, model: CostModel, device: Device, candidates: Sequence[int]) -> int | None:
+    """The count in ``candidates`` whose predictions fit the trace's large products best, or None
+    when the trace has fewer than ``MIN_PRODUCTS`` of them (see the module docstring)."""
+    misfits = thread_misfits(trace, model, device, candidates)
+    return None if misfits is None else best_fit(misfits)
+
+
+def loose_fit_warning(misfits: dict[int, float]) -> str | None:
+    """A warning when the trace's large products ran between two counts' predictions, off by over
+    ``LOOSE_FIT`` at the nearer (a speed-up a busy host gave only in part): the count is then a guess.
+    Products slower than every count's prediction (cold, or a slower host) leave no doubt of the count."""
+    chosen = best_fit(misfits)
+    between = any(error * misfits[chosen] < 0 for error in misfits.values())
+    if not between or abs(misfits[chosen]) <= LOOSE_FIT:
+        return None
+    fits = ", ".join(f"{threads} thread{'s' if threads > 1 else ''} {math.exp(error):.2f}x"
+                     for threads, error in misfits.items())
+    return (f"the trace's large products ran between the thread counts' predictions (measured over predicted, "
+            f"median: {fits}); compared at {chosen}, the nearer: give --threads if you know the count")
 
 
 def calibrated_thread_counts(cal: Calibration) -> list[int]:
