@@ -39,7 +39,8 @@ PRODUCT_KERNELS = (Gemm, Attention, Recurrent)
 
 
 LOOSE_FIT = math.log(1.25)
-"""A chosen count whose products are off by more than this (median, either way) is reported as a guess."""
+"""Products that ran between two counts' predictions and are off by more than this (median) at the nearer
+make the chosen count a guess (:func:`loose_fit_warning`)."""
 
 
 def thread_misfits(trace: Trace, model: CostModel, device: Device,
