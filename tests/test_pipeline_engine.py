@@ -84,7 +84,7 @@ def test_transfer_delays_match_the_closed_form():
     executor = PipelineExecutor(sim, plan, costs, devices, send)
     sim.process(executor.run(1))
     sim.run()
-    reference = plan_timing(plan, lambda op: 1.0 if op.kind == FORWARD else 2.0, delay=lambda a, b: 0.25)
+    reference = plan_timing(plan, lambda op: 1.0 if op.kind == FORWARD else 2.0, delay=lambda *_: 0.25)
     assert executor.iteration_times[0] == pytest.approx(reference.makespan, abs=1e-9)
     # V-shape: boundaries 3|4 stay on device 3, the other 6 of 7 cross devices, each way, per micro-batch.
     assert len(sent) == executor.transfers == 2 * 6 * 8

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from simhpc.policies.pipeline import Chimera, PipelinePlan, Prt, plan_timing
+from simhpc.policies.pipeline import Chimera, GPipe, PipelinePlan, Prt, plan_timing
 from simhpc.policies.pipeline.chimera import forward_first, split_directions
 from simhpc.policies.pipeline.greedy import list_schedule
 from simhpc.policies.pipeline.mapping import mirror, round_robin
@@ -187,6 +187,26 @@ def test_stage_profile_rejects_bad_input_and_times_ops():
                 ((0.0, 0.0), (1.0, 1.0), (0.0, 0.0))]:
         with pytest.raises(ValueError):
             StageProfile(*bad)
+
+
+def test_a_routed_profile_times_each_boundary_over_its_own_pair_of_devices():
+    """Devices 0-1 and 2-3 share a node (1 us, 100 B/s); any other pair crosses the network
+    (10 us, 10 B/s): a boundary's delay is its pair's latency plus its bytes over their bandwidth."""
+    def route(source: int, target: int) -> tuple[float, float]:
+        return (1.0, 100.0) if source // 2 == target // 2 else (10.0, 10.0)
+
+    profile = StageProfile((1.0,) * 3, (2.0,) * 3, (0.5,) * 3, boundary_bytes=(200.0, 50.0, 0.0), route=route)
+    assert profile.delay(Op(FORWARD, 0, 0), Op(FORWARD, 0, 1), 0, 1) == 1.0 + 2.0
+    assert profile.delay(Op(FORWARD, 0, 0), Op(FORWARD, 0, 1), 1, 2) == 10.0 + 20.0
+    assert profile.delay(Op(BACKWARD, 0, 2), Op(BACKWARD, 0, 1), 3, 0) == 10.0 + 5.0
+    assert profile.delay(Op(FORWARD, 0, 1), Op(FORWARD, 0, 2)) == 0.5  # devices not given
+    # GPipe over 3 devices, one micro-batch: every op waits for its boundary's transfer
+    plan = GPipe(GPipe.Params(kind="gpipe")).plan(3, 1)
+    crossings = 2 * (profile.delay(Op(FORWARD, 0, 0), Op(FORWARD, 0, 1), 0, 1)
+                     + profile.delay(Op(FORWARD, 0, 1), Op(FORWARD, 0, 2), 1, 2))
+    assert plan_timing(plan, profile.duration, profile.delay).makespan == pytest.approx(3 * 3.0 + crossings)
+    with pytest.raises(ValueError, match="bytes of every boundary"):
+        StageProfile((1.0,), (1.0,), (0.0,), route=route)
 
 
 def test_every_device_hosts_2k_stages():

@@ -32,8 +32,9 @@ Priority = Callable[[Op], tuple[float, ...]]
 Duration = Callable[[Op], float]
 """Dry-run duration of an op."""
 
-Delay = Callable[[Op, Op], float]
-"""Dry-run delay from a producer's end to its output reaching a consumer on another device."""
+Delay = Callable[[Op, Op, int, int], float]
+"""Dry-run delay from a producer's end to its output reaching a consumer on another device
+(the two ops, then their devices)."""
 
 class ScheduleStall(RuntimeError):
     """The dry run could not progress: every device waits (in-flight limits too low)."""
@@ -301,8 +302,8 @@ def list_schedule(
         return run.stage_inflight.get((q, s), 0) < stage_limits(q, s)
 
     def hand_on(producer: Op, consumer: Op) -> None:
-        target = run.device(consumer)
-        lag = delay(producer, consumer) if delay is not None and target != run.device(producer) else 0.0
+        source, target = run.device(producer), run.device(consumer)
+        lag = delay(producer, consumer, source, target) if delay is not None and target != source else 0.0
         if lag > 0.0:
             run.send(consumer, lag)
         else:

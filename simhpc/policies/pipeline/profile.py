@@ -10,9 +10,13 @@ runs the plan with its own costs and network.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from simhpc.policies.pipeline.plan import FORWARD, Op
+
+Route = Callable[[int, int], tuple[float, float]]
+"""Latency (s) and bottleneck bandwidth (bytes/s) of the path from one device to another."""
 
 
 @dataclass(frozen=True)
@@ -24,17 +28,25 @@ class StageProfile:
         backward: its backward.
         transfer: time from the end of stage ``s``'s forward to its activation being on another
             device (``transfer[s]``, also the gradient's way back); one entry per stage, the
-            last one unused.
+            last one unused. What a boundary costs when the devices are not known, or no
+            ``route`` is given.
+        boundary_bytes: with ``route``, the bytes each boundary carries (one entry per stage).
+        route: the path between two devices, so a boundary costs what its own pair of devices
+            takes (a pipeline across nodes crosses a slower network between them).
     """
 
     forward: tuple[float, ...]
     backward: tuple[float, ...]
     transfer: tuple[float, ...]
+    boundary_bytes: tuple[float, ...] = ()
+    route: Route | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.forward)
         if n == 0 or len(self.backward) != n or len(self.transfer) != n:
             raise ValueError("a stage profile needs one forward, backward and transfer time per stage")
+        if self.route is not None and len(self.boundary_bytes) != n:
+            raise ValueError("a stage profile with a route needs the bytes of every boundary")
         if any(not t >= 0.0 for t in (*self.forward, *self.backward, *self.transfer)):
             raise ValueError("stage profile times must be non-negative numbers")
         if sum(self.forward) <= 0.0:
@@ -53,7 +65,11 @@ class StageProfile:
         """Seconds of ``op`` (``F`` or ``B``)."""
         return self.forward[op.stage] if op.kind == FORWARD else self.backward[op.stage]
 
-    def delay(self, producer: Op, consumer: Op) -> float:
-        """Seconds from ``producer``'s end to its output reaching ``consumer`` on another device."""
+    def delay(self, producer: Op, consumer: Op, source: int | None = None, target: int | None = None) -> float:
+        """Seconds from ``producer``'s end (on device ``source``) to its output reaching
+        ``consumer`` on another device (``target``)."""
         boundary = producer.stage if producer.kind == FORWARD else producer.stage - 1
-        return self.transfer[boundary]
+        if self.route is None or source is None or target is None:
+            return self.transfer[boundary]
+        latency, bandwidth = self.route(source, target)
+        return latency + self.boundary_bytes[boundary] / bandwidth

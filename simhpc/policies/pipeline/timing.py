@@ -38,15 +38,15 @@ class PlanTiming:
 def plan_timing(
     plan: PipelinePlan,
     duration: Callable[[Op], float],
-    delay: Callable[[Op, Op], float] | None = None,
+    delay: Callable[[Op, Op, int, int], float] | None = None,
 ) -> PlanTiming:
     """Time ``plan`` with op durations and cross-device delays.
 
     Args:
         plan: a valid plan.
         duration: seconds of an op (on its device).
-        delay: seconds from the end of a dependency to its consumer's input being ready, called
-            only when the two ops are on different devices (default: none).
+        delay: seconds from the end of a dependency to its consumer's input being ready, given the
+            two ops and their devices; called only when the devices differ (default: none).
 
     Raises:
         PlanError: if the plan deadlocks.
@@ -70,7 +70,7 @@ def plan_timing(
         for dep in deps:
             arrival = end[dep]
             if delay is not None and device_of[dep] != device:
-                arrival += delay(Op(*dep), op)
+                arrival += delay(Op(*dep), op, device_of[dep], device)
             if arrival > ready:
                 ready = arrival
         length = duration(op)

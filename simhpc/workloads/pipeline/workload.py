@@ -16,6 +16,7 @@ imbalance (max / min), stage costs and point-to-point traffic.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from simhpc.hardware.catalog import Catalog
@@ -110,7 +111,8 @@ class PipelineTrainingWorkload(Workload):
             cuts = [balanced_partition(layer_costs.params.astype(float), stages)]
         else:
             cut_costs = None
-            if config.partition == "time_and_transfer":  # activation out, gradient back, GPU to GPU
+            if config.partition == "time_and_transfer":  # activation out, gradient back, between the
+                # first two GPUs (the cut comes before the schedule maps stages to devices)
                 path = network.topology.path(names[0], names[1])
                 latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
                 cut_costs = 2 * (latency + layer_costs.boundary_bytes / bandwidth)
@@ -118,7 +120,7 @@ class PipelineTrainingWorkload(Workload):
                                       for partition in (balanced_partition, smoothest_partition)))
         element = 4 if config.dtype == "fp32" else 2
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
-        planned: list[tuple[float, tuple[int, ...], StageCosts, PipelinePlan]] = []
+        planned: list[tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]] = []
         for bounds in cuts:
             costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element)
             profile = self._profile(costs, network, names)
@@ -126,9 +128,9 @@ class PipelineTrainingWorkload(Workload):
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
             except ScheduleStall as error:
                 raise InvalidReference("schedule", str(error)) from None
-            planned.append((plan_timing(plan, profile.duration, profile.delay).makespan, bounds, costs, plan))
+            planned.append((plan_timing(plan, profile.duration, profile.delay).makespan, bounds, costs, profile, plan))
         # the cut the schedule's own estimate runs fastest (the first on a tie)
-        _, self.bounds, self.costs, self.plan = min(planned, key=lambda entry: entry[0])
+        _, self.bounds, self.costs, self.profile, self.plan = min(planned, key=lambda entry: entry[0])
         capacity = config.memory_capacity or self.gpu.memory_capacity
         self.devices = [Device(self.sim, name, capacity) for name in names]
 
@@ -140,13 +142,21 @@ class PipelineTrainingWorkload(Workload):
 
     def _profile(self, costs: StageCosts, network: Any, names: list[str]) -> StageProfile:
         """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
-        boundary's transfer time over the path between the first two GPUs."""
-        path = network.topology.path(names[0], names[1])
-        latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
+        boundary's transfer time over the path between the two GPUs it joins (between the first
+        two where the devices are not known)."""
+        topology = network.topology
+
+        @functools.cache
+        def route(source: int, target: int) -> tuple[float, float]:
+            path = topology.path(names[source], names[target])
+            return topology.path_latency(path), topology.path_bandwidth(path)
+
+        latency, bandwidth = route(0, 1)
         overhead = self.config.stage_overhead
         return StageProfile(forward=tuple(f + overhead for f in costs.forward_s),
                             backward=tuple(b + overhead for b in costs.backward_s),
-                            transfer=tuple(latency + nbytes / bandwidth for nbytes in costs.boundary_bytes))
+                            transfer=tuple(latency + nbytes / bandwidth for nbytes in costs.boundary_bytes),
+                            boundary_bytes=tuple(costs.boundary_bytes), route=route)
 
     def start(self) -> None:
         self.sim.process(self.executor.run(self.config.iterations))
