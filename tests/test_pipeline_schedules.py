@@ -233,6 +233,33 @@ def test_stage_maps():
         Prt(Prt.Params(kind="prt", k=2, mapping=[0, 0, 1, 1, 2, 2, 0, 1])).plan(4, 4)
 
 
+@pytest.mark.parametrize(("devices", "k", "groups"), [(4, 2, 2), (8, 3, 2), (16, 2, 4), (6, 3, 3)])
+def test_grouped_round_robin_goes_round_each_group_in_turn(devices, k, groups):
+    """Each group of devices (a node's GPUs) gets one consecutive part of the stages, gone round
+    ``k`` times: every device holds ``k`` stages, and the pipeline crosses between groups
+    ``groups - 1`` times, where the plain round-robin map crosses at every turn."""
+    size = devices // groups
+    mapping = round_robin(devices, k * devices, groups)
+    assert all(mapping.count(d) == k for d in range(devices))
+    assert all(a != b for a, b in itertools.pairwise(mapping))
+    crossings = sum(a // size != b // size for a, b in itertools.pairwise(mapping))
+    assert crossings == groups - 1
+    plain = round_robin(devices, k * devices)
+    assert sum(a // size != b // size for a, b in itertools.pairwise(plain)) == k * groups - 1
+    for direction in ("uni", "bi"):
+        plan = Prt(Prt.Params(kind="prt", k=k, groups=groups, direction=direction)).plan(devices, 2 * devices)
+        assert plan.stage_device[0] == mapping
+        check_invariants(plan)
+
+
+def test_grouped_round_robin_refuses_what_does_not_split():
+    assert round_robin(4, 8, 2) == (0, 1, 0, 1, 2, 3, 2, 3)
+    with pytest.raises(ValueError, match="do not split into 3 groups"):
+        round_robin(8, 16, 3)
+    with pytest.raises(ValueError, match="only the round_robin map"):
+        Prt(Prt.Params(kind="prt", k=2, mapping="v_shape", groups=2)).plan(4, 4)
+
+
 def test_validate_rejects_missing_duplicate_misplaced_and_deadlocked_plans():
     good = OneFOneB(OneFOneB.Params(kind="1f1b")).plan(2, 2)
     ops = [list(device_ops) for device_ops in good.ops]

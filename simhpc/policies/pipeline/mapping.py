@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def round_robin(devices: int, stages: int) -> tuple[int, ...]:
-    """Stage ``s`` on device ``s mod p``: consecutive stages always cross devices."""
-    return tuple(s % devices for s in range(stages))
+def round_robin(devices: int, stages: int, groups: int = 1) -> tuple[int, ...]:
+    """Stage ``s`` on device ``s mod p``: consecutive stages always cross devices.
+
+    With ``groups`` > 1 the devices form that many consecutive groups (a node's GPUs each) and
+    the stages as many consecutive parts: part ``g`` goes round group ``g`` only, so a pipeline
+    crosses between groups ``groups - 1`` times rather than at every turn. ``devices`` and
+    ``stages`` must be multiples of ``groups``.
+    """
+    if devices % groups or stages % groups:
+        raise ValueError(f"groups: {devices} devices and {stages} stages do not split into {groups} groups")
+    size, part = devices // groups, stages // groups
+    return tuple((s // part) * size + (s % part) % size for s in range(stages))
 
 
 def v_shape(devices: int, stages: int) -> tuple[int, ...]:

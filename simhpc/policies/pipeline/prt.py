@@ -2,8 +2,10 @@
 
 The model is cut into ``D = k x p`` stages and each of the ``p`` devices runs ``k`` of them,
 placed by a stage -> device map: ``round_robin`` (stage ``s`` on device ``s mod p``; every
-boundary crosses devices), ``v_shape`` (zig-zag; each turn keeps two consecutive stages on one
-device, and each device holds an early and a late stage) or a custom list.
+boundary crosses devices; with ``groups: n``, each of ``n`` groups of devices, e.g. a node's
+GPUs, is gone round in turn, so the pipeline crosses between nodes ``n - 1`` times),
+``v_shape`` (zig-zag; each turn keeps two consecutive stages on one device, and each device
+holds an early and a late stage) or a custom list.
 
 Why a deeper pipeline can be faster on the same devices, in this simulator:
 
@@ -26,7 +28,7 @@ deeper pipeline; each device holds ``2k`` stages, on an even number of devices n
 of one stage).
 
 Op orders: the unidirectional round-robin plan uses Megatron's interleaved order and warm-up
-(``order: grouped``); V-shaped and custom maps use greedy list scheduling with at most ``D-s``
+(``order: grouped``); V-shaped, grouped round-robin and custom maps use greedy list scheduling with at most ``D-s``
 activations on stage ``s`` (1F1B's bound on the deeper pipeline; ``order: greedy``).
 Bidirectional plans come from the same planner as Chimera's
 (:func:`~simhpc.policies.pipeline.chimera.bidirectional_plan`): the fastest of Chimera's greedy rule
@@ -94,6 +96,9 @@ class PrtParams(Strict):
     """Reuse factor: stages per device (per direction)."""
     mapping: Literal["round_robin", "v_shape"] | list[int] = "round_robin"
     """Stage -> device map: a named layout or one device index per stage."""
+    groups: PositiveInt = 1
+    """Round-robin map only: the devices as this many consecutive groups (nodes), each gone round
+    ``k`` times by its own consecutive part of the stages before the next group's part."""
     direction: Literal["uni", "bi"] = "uni"
     order: Literal["auto", "grouped", "greedy"] = "auto"
     """Unidirectional op order: Megatron-style groups or greedy (auto: grouped for round-robin)."""
@@ -116,12 +121,19 @@ class Prt(PipelineSchedule):
     def stages(self, devices: int) -> int:
         return self.params.k * devices
 
+    @property
+    def _megatron_map(self) -> bool:
+        """Whether the map is Megatron's interleaving (plain round-robin), whose order is known."""
+        return self.params.mapping == "round_robin" and self.params.groups == 1
+
     def stage_map(self, devices: int) -> tuple[int, ...]:
         """The stage -> device map of the (down) pipeline."""
         stages = self.stages(devices)
         mapping = self.params.mapping
+        if self.params.groups > 1 and mapping != "round_robin":
+            raise ValueError("groups: only the round_robin map splits the devices into groups")
         if mapping == "round_robin":
-            return round_robin(devices, stages)
+            return round_robin(devices, stages, self.params.groups)
         if mapping == "v_shape":
             return v_shape(devices, stages)
         return custom(mapping, devices, stages)
@@ -145,12 +157,12 @@ class Prt(PipelineSchedule):
                                       profile)
         order = self.params.order
         if order == "auto":
-            order = "grouped" if self.params.mapping == "round_robin" else "greedy"
+            order = "grouped" if self._megatron_map else "greedy"
         if order == "grouped":
             try:
                 return grouped_plan("prt-uni", mapping, devices, micro_batches, backward_cost)
             except ScheduleStall:
-                if self.params.mapping == "round_robin":
+                if self._megatron_map:
                     raise
                 raise ScheduleStall("order: grouped deadlocks on this stage map (Megatron's warm-up depths "
                                     "assume the round-robin map); use order: greedy") from None
