@@ -231,3 +231,51 @@ def test_across_two_nodes_a_map_that_goes_round_each_node_in_turn_crosses_less_a
     assert grouped["network"]["link_bytes"] < plain["network"]["link_bytes"]
     throughput = "throughput_samples_per_second"
     assert grouped["workload"][throughput] > 1.05 * plain["workload"][throughput]
+
+
+def uniform_replicas(replicas: int, *overrides: str) -> Any:
+    """The uniform scenario (F = 4 ms, B = 8 ms a stage, free links in a node) on ``replicas`` nodes,
+    one replica of its 8-GPU pipeline on each."""
+    return load_scenario(SCENARIOS / "pipeline_uniform.yaml", [
+        f"network.topology.nodes={replicas}", f"workload.data_parallel={replicas}", *overrides])
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_data_parallel_replicas_end_with_a_ring_all_reduce_of_the_last_stage_done(replicas):
+    """1F1B over 8 GPUs per replica, one replica per node: stage 0's last backward ends the
+    pipeline at (m+p-1)(F+B) = 180 ms, then its gradients' ring all-reduce among the replicas'
+    GPUs 0 takes 2(n-1)/n S/B + 2(n-1) alpha over the path between nodes (analytic network; the
+    other stages finish earlier and their all-reduces end before it)."""
+    scenario = uniform_replicas(replicas)
+    workload = simulate(scenario, "test").summary["workload"]
+    _, built = build(scenario, "test")
+    topology = built.ctx.network.topology
+    path = topology.path("n0.gpu0", "n1.gpu0")
+    nbytes = built.costs.grad_bytes[0]
+    all_reduce = (2 * (replicas - 1) / replicas * nbytes / topology.path_bandwidth(path)
+                  + 2 * (replicas - 1) * topology.path_latency(path))
+    assert workload["iteration_time_s"] == pytest.approx(0.180 + all_reduce, rel=1e-9)
+    assert workload["devices"] == 8 * replicas and len(workload["peak_memory_bytes"]) == 8 * replicas
+    assert workload["throughput_samples_per_second"] == pytest.approx(
+        replicas * 8 * 8 / workload["iteration_time_s"])
+    assert workload["gradient_all_reduces"] == 8 * workload["iterations_done"]
+    # every GPU computes m (F + B) = 96 ms of the iteration
+    assert workload["bubble_fraction"] == pytest.approx(1 - 8 * 12e-3 / workload["iteration_time_s"])
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_bidirectional_replicas_reduce_both_directions_copies_together_or_apart(sync):
+    """Chimera holds two copies of each stage per replica: with sync_replicas all four copies of two
+    replicas share one all-reduce per stage, without it each direction's two copies have their own."""
+    scenario = uniform_replicas(2, "workload.schedule={kind: chimera}", "workload.model.backward=1 ms",
+                                f"workload.sync_replicas={str(sync).lower()}")
+    workload = simulate(scenario, "test").summary["workload"]
+    assert workload["gradient_all_reduces"] == (8 if sync else 16) * workload["iterations_done"]
+    assert workload["throughput_samples_per_second"] > 0
+
+
+def test_replicas_that_do_not_fit_the_cluster_are_refused():
+    with pytest.raises(ScenarioError, match="devices: 3 replicas of 8 devices requested, the cluster has 16 GPUs"):
+        simulate(uniform_replicas(2, "workload.data_parallel=3", "workload.devices=8"), "test")
+    with pytest.raises(ScenarioError, match="data_parallel: 9 replicas of a pipeline of 2 or more GPUs need 18"):
+        simulate(uniform_replicas(2, "workload.data_parallel=9"), "test")

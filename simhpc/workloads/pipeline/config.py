@@ -95,8 +95,13 @@ class PipelineTrainingConfig(Strict):
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     schedule: ScheduleConfig
     devices: PositiveInt | None = None
-    """GPUs taking part: the first N, node by node (``n0``'s, then ``n1``'s, ...; default: all of them).
-    Consecutive devices on different nodes pass activations over PCIe, the NICs and the fabric."""
+    """GPUs of one pipeline: the first N, node by node (``n0``'s, then ``n1``'s, ...; default: all of
+    them, shared among the ``data_parallel`` replicas). Consecutive devices on different nodes pass
+    activations over PCIe, the NICs and the fabric."""
+    data_parallel: Annotated[int, Field(gt=0, le=4096, strict=True)] = 1
+    """Replicas of the pipeline, replica ``r`` on the ``r``-th ``devices`` GPUs (node by node), each
+    on its own micro-batches; each stage's gradients are all-reduced (ring) among its copies once
+    the last copy has run its last backward of the iteration."""
     stage_overhead: Time = 0.0
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""

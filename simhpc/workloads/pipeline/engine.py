@@ -24,7 +24,9 @@ approximation: the activations only ``B`` reads are not freed earlier, and the o
 
 Bidirectional plans hold two copies of each stage; with ``sync_replicas`` each copy sends its
 gradients to the other after its last backward (or ``W``) of the iteration (an all-reduce of
-two), and the iteration ends when those arrive.
+two), and the iteration ends when those arrive. A ``gradient_sync`` callback replaces that
+exchange (data-parallel replicas of the whole pipeline): it is told when each copy of a stage has
+run its last pass and returns the event its gradients' reduction fires, which the iteration waits for.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ from simhpc.workloads.pipeline.stages import StageCosts
 Send = Callable[[int, int, float, str], simpy.Event]
 """``send(src device index, dst device index, nbytes, label)`` -> event firing on arrival."""
 
+GradientSync = Callable[[int, int], simpy.Event]
+"""``sync(pipeline, stage)``: that copy of the stage has run its last pass of the iteration; returns
+the event firing when its gradients are reduced."""
+
 CATEGORY = {FORWARD: "forward", BACKWARD: "backward", WEIGHT: "weight"}
 """Trace category of each pass (the Gantt chart colours by it)."""
 
@@ -58,6 +64,7 @@ class PipelineExecutor:
         send: moves bytes between two devices; None: transfers are instantaneous.
         overhead: fixed seconds added to every op (per-stage scheduling/launch cost).
         sync_replicas: exchange the gradients of the two copies of a stage (bidirectional).
+        gradient_sync: reduces each stage's gradients instead (replicas of the pipeline elsewhere).
     """
 
     def __init__(
@@ -69,6 +76,7 @@ class PipelineExecutor:
         send: Send | None = None,
         overhead: float = 0.0,
         sync_replicas: bool = True,
+        gradient_sync: GradientSync | None = None,
     ) -> None:
         if costs.stages != plan.stages:
             raise ValueError(f"{costs.stages} stage costs for a plan of {plan.stages} stages")
@@ -83,6 +91,7 @@ class PipelineExecutor:
         self.send = send
         self.overhead = overhead
         self.sync_replicas = sync_replicas and plan.pipelines > 1
+        self.gradient_sync = gradient_sync
         self.streams = [device.stream("compute") for device in self.devices]
         self.iteration_times: list[float] = []
         self.busy: list[list[float]] = []
@@ -248,14 +257,18 @@ class PipelineExecutor:
             self.sim.trace.arrow(label, source, source_time, track, (ran.start + ran.end) / 2)
 
     def _count_backward(self, op: Op, d: int) -> None:
-        """After a copy's last backward (or W) of the iteration, send its gradients to the other copy."""
-        if not self.sync_replicas:
+        """After a copy's last backward (or W) of the iteration, reduce its gradients: with
+        ``gradient_sync``, or by sending them to the other copy."""
+        if not self.sync_replicas and self.gradient_sync is None:
             return
         q = self.plan.micro_batch_pipeline[op.micro_batch]
         key = (q, op.stage)
         count = self._backwards.get(key, 0) + 1
         self._backwards[key] = count
         if count != self._per_pipeline[q]:
+            return
+        if self.gradient_sync is not None:
+            self._syncs.append(self.gradient_sync(q, op.stage))
             return
         peer = self.plan.stage_device[1 - q][op.stage]
         if peer == d or self.send is None:

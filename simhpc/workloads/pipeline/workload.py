@@ -33,6 +33,7 @@ from simhpc.units import format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, UniformModel, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
+from simhpc.workloads.pipeline.replicas import ReplicaReduction
 from simhpc.workloads.pipeline.stages import StageCosts, stage_costs
 
 
@@ -54,10 +55,16 @@ def model_of(config: PipelineTrainingConfig) -> ModelProfile:
 
 
 def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
-    """Validate device count, schedule and model cut; return the device count."""
-    devices = config.devices or gpus
-    if devices > gpus:
-        raise InvalidReference("devices", f"{devices} devices requested, the cluster has {gpus} GPUs")
+    """Validate device count, schedule and model cut; return one pipeline's device count."""
+    replicas = config.data_parallel
+    devices = config.devices or gpus // replicas
+    if not config.devices and replicas > 1 and devices < 2:
+        raise InvalidReference("data_parallel", f"{replicas} replicas of a pipeline of 2 or more GPUs need "
+                               f"{2 * replicas} GPUs, the cluster has {gpus}")
+    if devices * replicas > gpus:
+        wanted = f"{replicas} replicas of {devices}" if replicas > 1 else str(devices)
+        raise InvalidReference("data_parallel" if replicas > 1 and not config.devices else "devices",
+                               f"{wanted} devices requested, the cluster has {gpus} GPUs")
     if devices < 2:
         raise InvalidReference("devices", "pipeline parallelism needs at least 2 devices")
     schedule = schedule_of(config)
@@ -100,7 +107,9 @@ class PipelineTrainingWorkload(Workload):
         network = context.network
         gpus = [name for name in network.topology.endpoints if ".gpu" in name]  # node by node
         count = _check_shapes(config, len(gpus))
-        self.device_names = names = gpus[:count]
+        replicas = config.data_parallel
+        self.device_names = gpus[:count * replicas]
+        names = gpus[:count]  # replica 0's: the plan and its profile
         self.schedule = schedule_of(config)
         self.model = model_of(config)
         layer_costs = self.model.costs(context.cost_model, self.gpu)
@@ -132,13 +141,23 @@ class PipelineTrainingWorkload(Workload):
         # the cut the schedule's own estimate runs fastest (the first on a tie)
         _, self.bounds, self.costs, self.profile, self.plan = min(planned, key=lambda entry: entry[0])
         capacity = config.memory_capacity or self.gpu.memory_capacity
-        self.devices = [Device(self.sim, name, capacity) for name in names]
+        self.devices = [Device(self.sim, name, capacity) for name in self.device_names]
+        groups = [self.device_names[r * count:(r + 1) * count] for r in range(replicas)]
+        self.reduction = None
+        if replicas > 1:
+            self.reduction = ReplicaReduction(self.sim, network, groups, self.plan, self.costs.grad_bytes,
+                                              merge_directions=config.sync_replicas)
 
-        def send(src: int, dst: int, nbytes: float, label: str) -> Any:
-            return network.transfer(names[src], names[dst], nbytes, label)
+        def sender(group: list[str]) -> Any:
+            def send(src: int, dst: int, nbytes: float, label: str) -> Any:
+                return network.transfer(group[src], group[dst], nbytes, label)
+            return send
 
-        self.executor = PipelineExecutor(self.sim, self.plan, self.costs, self.devices, send,
-                                         overhead=config.stage_overhead, sync_replicas=config.sync_replicas)
+        self.executors = [
+            PipelineExecutor(self.sim, self.plan, self.costs, self.devices[r * count:(r + 1) * count],
+                             sender(group), overhead=config.stage_overhead, sync_replicas=config.sync_replicas,
+                             gradient_sync=self.reduction.ready if self.reduction else None)
+            for r, group in enumerate(groups)]
 
     def _profile(self, costs: StageCosts, network: Any, names: list[str]) -> StageProfile:
         """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
@@ -159,15 +178,18 @@ class PipelineTrainingWorkload(Workload):
                             boundary_bytes=tuple(costs.boundary_bytes), route=route)
 
     def start(self) -> None:
-        self.sim.process(self.executor.run(self.config.iterations))
+        for executor in self.executors:
+            self.sim.process(executor.run(self.config.iterations))
 
     def summary(self) -> dict[str, Any]:
-        c, executor = self.config, self.executor
-        times = executor.iteration_times
+        c, executors = self.config, self.executors
+        times = executors[0].iteration_times  # every replica ends an iteration with the last all-reduce
         mean = sum(times) / len(times) if times else None
-        samples = c.micro_batches * c.micro_batch_size
+        samples = c.micro_batches * c.micro_batch_size * c.data_parallel
         peaks = [device.memory.peak for device in self.devices]
-        bubbles = executor.bubble_fractions()
+        # replicas of equal size and iteration times: the whole run's bubble is their mean
+        bubbles = [sum(fractions) / len(fractions)
+                   for fractions in zip(*(executor.bubble_fractions() for executor in executors))]
         result: dict[str, Any] = {
             "kind": "pipeline_training",
             "model": c.model if isinstance(c.model, str) else c.model.model_dump(),
@@ -175,12 +197,13 @@ class PipelineTrainingWorkload(Workload):
             "gpu": self.gpu.name,
             "schedule": c.schedule.model_dump(),
             "devices": len(self.devices),
+            "data_parallel": c.data_parallel,
             "stages": self.plan.stages,
             "pipelines": self.plan.pipelines,
             "micro_batches": c.micro_batches,
             "micro_batch_size": c.micro_batch_size,
             "samples_per_iteration": samples,
-            "iterations_done": executor.iterations_done,
+            "iterations_done": min(executor.iterations_done for executor in executors),
             "iteration_times_s": times,
             "iteration_time_s": mean,
             "throughput_samples_per_second": samples / mean if mean else None,
@@ -190,8 +213,8 @@ class PipelineTrainingWorkload(Workload):
             "max_peak_memory_bytes": max(peaks),
             "min_peak_memory_bytes": min(peaks),
             "memory_imbalance": max(peaks) / min(peaks) if min(peaks) > 0 else None,
-            "p2p_transfers": executor.transfers,
-            "p2p_bytes": executor.transfer_bytes,
+            "p2p_transfers": sum(executor.transfers for executor in executors),
+            "p2p_bytes": sum(executor.transfer_bytes for executor in executors),
             "stage_forward_s": list(self.costs.forward_s),
             "stage_backward_s": list(self.costs.backward_s),
             "stage_weight_grad_s": list(self.costs.weight_grad_s),
@@ -200,6 +223,9 @@ class PipelineTrainingWorkload(Workload):
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
         }
-        if executor.busy:
-            result["device_busy_s"] = list(executor.busy[-1])
+        if self.reduction is not None:
+            result["gradient_all_reduces"] = self.reduction.all_reduces
+            result["gradient_all_reduce_bytes"] = self.reduction.all_reduce_bytes
+        if executors[0].busy:
+            result["device_busy_s"] = [seconds for executor in executors for seconds in executor.busy[-1]]
         return result
