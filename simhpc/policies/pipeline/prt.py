@@ -28,8 +28,9 @@ deeper pipeline; each device holds ``2k`` stages, on an even number of devices n
 of one stage).
 
 Op orders: the unidirectional round-robin plan uses Megatron's interleaved order and warm-up
-(``order: grouped``); V-shaped, grouped round-robin and custom maps use greedy list scheduling with at most ``D-s``
-activations on stage ``s`` (1F1B's bound on the deeper pipeline; ``order: greedy``).
+(``order: grouped``); V-shaped, grouped round-robin and custom maps use greedy list scheduling
+with at most ``D-s`` activations on stage ``s`` (1F1B's bound on the deeper pipeline;
+``order: greedy``).
 Bidirectional plans come from the same planner as Chimera's
 (:func:`~simhpc.policies.pipeline.chimera.bidirectional_plan`): the fastest of Chimera's greedy rule
 (forwards first, deeper first) and of 1F1B's (backwards first) with at most ``max_inflight``

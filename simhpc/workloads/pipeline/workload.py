@@ -7,7 +7,9 @@ schedule (registry family ``pipeline``) returns the per-device op lists, and
 :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with activation and gradient
 transfers over the cluster's links (``network``): NVLink inside a node; PCIe, the NICs and the fabric
 between consecutive devices on different nodes (devices are taken node by node). The schedules plan
-with the transfer time between the first two devices.
+with each boundary's transfer time between the two devices it joins. With ``data_parallel: N`` the
+plan runs on N groups of devices at once and each stage's gradients are all-reduced among its
+copies (:mod:`~simhpc.workloads.pipeline.replicas`).
 
 Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
 iteration time)``: the devices' idle share of the iteration), per-device peak memory and its
@@ -61,10 +63,9 @@ def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
     if not config.devices and replicas > 1 and devices < 2:
         raise InvalidReference("data_parallel", f"{replicas} replicas of a pipeline of 2 or more GPUs need "
                                f"{2 * replicas} GPUs, the cluster has {gpus}")
-    if devices * replicas > gpus:
+    if devices * replicas > gpus:  # only with devices given: by default the replicas share the GPUs
         wanted = f"{replicas} replicas of {devices}" if replicas > 1 else str(devices)
-        raise InvalidReference("data_parallel" if replicas > 1 and not config.devices else "devices",
-                               f"{wanted} devices requested, the cluster has {gpus} GPUs")
+        raise InvalidReference("devices", f"{wanted} devices requested, the cluster has {gpus} GPUs")
     if devices < 2:
         raise InvalidReference("devices", "pipeline parallelism needs at least 2 devices")
     schedule = schedule_of(config)
