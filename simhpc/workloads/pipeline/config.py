@@ -99,9 +99,14 @@ class PipelineTrainingConfig(Strict):
     them, shared among the ``data_parallel`` replicas). Consecutive devices on different nodes pass
     activations over PCIe, the NICs and the fabric."""
     data_parallel: Annotated[int, Field(gt=0, le=4096, strict=True)] = 1
-    """Replicas of the pipeline, replica ``r`` on the ``r``-th ``devices`` GPUs (node by node), each
-    on its own micro-batches; each stage's gradients are all-reduced (ring) among its copies once
-    the last copy has run its last backward of the iteration."""
+    """Replicas of the pipeline, each on its own micro-batches; each stage's gradients are
+    all-reduced (ring) among its copies once the last copy has run its last backward of the
+    iteration."""
+    replica_layout: Literal["consecutive", "strided"] = "consecutive"
+    """Which GPUs (numbered node by node) each replica takes: ``consecutive``, replica ``r`` the
+    ``r``-th ``devices`` of them (a pipeline inside a node, the all-reduces between nodes);
+    ``strided``, GPUs ``r``, ``r + N``, ``r + 2N``, ... for ``N`` replicas (Megatron's order: a
+    pipeline across nodes, the all-reduces inside them)."""
     stage_overhead: Time = 0.0
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""

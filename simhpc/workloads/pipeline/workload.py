@@ -110,7 +110,11 @@ class PipelineTrainingWorkload(Workload):
         count = _check_shapes(config, len(gpus))
         replicas = config.data_parallel
         self.device_names = gpus[:count * replicas]
-        names = gpus[:count]  # replica 0's: the plan and its profile
+        if config.replica_layout == "consecutive":
+            groups = [self.device_names[r * count:(r + 1) * count] for r in range(replicas)]
+        else:
+            groups = [self.device_names[r::replicas] for r in range(replicas)]
+        names = groups[0]  # replica 0's: the plan and its profile
         self.schedule = schedule_of(config)
         self.model = model_of(config)
         layer_costs = self.model.costs(context.cost_model, self.gpu)
@@ -143,7 +147,7 @@ class PipelineTrainingWorkload(Workload):
         _, self.bounds, self.costs, self.profile, self.plan = min(planned, key=lambda entry: entry[0])
         capacity = config.memory_capacity or self.gpu.memory_capacity
         self.devices = [Device(self.sim, name, capacity) for name in self.device_names]
-        groups = [self.device_names[r * count:(r + 1) * count] for r in range(replicas)]
+        device_of = dict(zip(self.device_names, self.devices))
         self.reduction = None
         if replicas > 1:
             self.reduction = ReplicaReduction(self.sim, network, groups, self.plan, self.costs.grad_bytes,
@@ -155,10 +159,10 @@ class PipelineTrainingWorkload(Workload):
             return send
 
         self.executors = [
-            PipelineExecutor(self.sim, self.plan, self.costs, self.devices[r * count:(r + 1) * count],
+            PipelineExecutor(self.sim, self.plan, self.costs, [device_of[name] for name in group],
                              sender(group), overhead=config.stage_overhead, sync_replicas=config.sync_replicas,
                              gradient_sync=self.reduction.ready if self.reduction else None)
-            for r, group in enumerate(groups)]
+            for group in groups]
 
     def _profile(self, costs: StageCosts, network: Any, names: list[str]) -> StageProfile:
         """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
@@ -228,5 +232,7 @@ class PipelineTrainingWorkload(Workload):
             result["gradient_all_reduces"] = self.reduction.all_reduces
             result["gradient_all_reduce_bytes"] = self.reduction.all_reduce_bytes
         if executors[0].busy:
-            result["device_busy_s"] = [seconds for executor in executors for seconds in executor.busy[-1]]
+            busy = {device.name: seconds for executor in executors
+                    for device, seconds in zip(executor.devices, executor.busy[-1])}
+            result["device_busy_s"] = [busy[name] for name in self.device_names]
         return result
