@@ -203,6 +203,7 @@ class PipelineTrainingWorkload(Workload):
             "schedule": c.schedule.model_dump(),
             "devices": len(self.devices),
             "data_parallel": c.data_parallel,
+            "replica_layout": c.replica_layout,
             "stages": self.plan.stages,
             "pipelines": self.plan.pipelines,
             "micro_batches": c.micro_batches,
