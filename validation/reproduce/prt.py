@@ -11,10 +11,16 @@ the gain moves with the number of micro-batches, the per-op overhead and the lin
     .venv/bin/python validation/reproduce/prt.py            # flow-level network (~30 s)
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
     .venv/bin/python validation/reproduce/prt.py --m-equals-depth  # also: PRT fed 8k micro-batches
+    .venv/bin/python validation/reproduce/prt.py --two-nodes       # also: 16 GPUs of two nodes (~1 min more)
 
 ``--m-equals-depth`` adds another reading of the paper's set-up: each pipeline takes as many
 micro-batches as it has stages (the baselines 8, PRT 8k), either of the same size (PRT then
 trains on a k times larger batch per iteration) or k times smaller (the same batch).
+
+``--two-nodes`` runs ``scenarios/pipeline_two_nodes.yaml`` (ResNet-152 on 2 x 8 V100, the nodes
+joined by their NICs): bidirectional PRT with the plain round-robin map and with ``groups: 2``
+against Chimera as m grows, then 1024 images an iteration as one pipeline of 16 GPUs or as 2, 4 or
+8 data-parallel replicas, laid out ``consecutive`` or ``strided``.
 
 The paper's figures are targets only; nothing in the simulator reads them.
 """
@@ -50,9 +56,12 @@ def series(model: str) -> str:
     return "bert" if model.startswith("bert") else "resnet"
 
 
+TWO_NODES = "pipeline_two_nodes.yaml"
+
+
 @cache
 def _base(model: str) -> dict[str, Any]:
-    return read_yaml(ROOT / "scenarios" / MODELS[model])
+    return read_yaml(ROOT / "scenarios" / MODELS.get(model, model))
 
 
 FREE_LINK = {"bandwidth": "1 PB/s", "latency": "0 s"}
@@ -62,8 +71,10 @@ FREE_LINK = {"bandwidth": "1 PB/s", "latency": "0 s"}
 def run(model: str, schedule: str, *overrides: str, link: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The workload summary of one simulated run (None if it cannot run: too deep, OOM).
 
-    ``link``: fields of the node's GPU-GPU link to replace (``latency``, ``bandwidth``).
+    ``model``: a key of ``MODELS``, or a scenario file name. ``link``: fields of the node's
+    GPU-GPU link to replace (``latency``, ``bandwidth``).
     """
+    source = MODELS.get(model, model)
     data = copy.deepcopy(_base(model))
     data["network"]["mode"] = MODE
     data["workload"]["iterations"] = 1
@@ -75,14 +86,14 @@ def run(model: str, schedule: str, *overrides: str, link: dict[str, str] | None 
         raw = copy.deepcopy(builtin_catalog().raw["nodes"][node])
         raw["gpu_link"] = {**raw["gpu_link"], **link}
         data["hardware"] = {"nodes": {node: raw}}
-    data = with_overrides(data, [f"workload.schedule={schedule}", *overrides], MODELS[model])
+    data = with_overrides(data, [f"workload.schedule={schedule}", *overrides], source)
     try:
-        scenario = scenario_from_dict(data, MODELS[model])
+        scenario = scenario_from_dict(data, source)
     except Exception as error:  # a configuration the model cannot take (more stages than layers)
         if "stages" in str(error):
             return None
         raise
-    result = simulate(scenario, MODELS[model])
+    result = simulate(scenario, source)
     if result.summary["status"] != "ok":
         return None
     return result.summary["workload"]
@@ -194,12 +205,38 @@ def depth_micro_batches(reuse: tuple[int, ...] = (2, 3, 4)) -> None:
                   f"{'':<3} {cells['bi']} {paper['bi']:+6.1f}%")
 
 
+def two_nodes() -> None:
+    """Across two nodes: the grouped map against the plain one and Chimera; pipeline or data parallelism."""
+    bi = "{kind: prt, k: 2, direction: bi}"
+    schedules = {"Chimera": "{kind: chimera}", "PRT-bi k=2": bi,
+                 "groups: 2": "{kind: prt, k: 2, direction: bi, groups: 2}",
+                 "k=3 groups: 2": "{kind: prt, k: 3, direction: bi, groups: 2}"}
+    print(f"\nResNet-152 on 2 x 8 V100 ({TWO_NODES}), samples/s, network mode {MODE}")
+    print(f"{'m':>3} " + " ".join(f"{name:>14}" for name in schedules))
+    for m in (16, 32, 64):
+        cells = [throughput(run(TWO_NODES, schedule, f"workload.micro_batches={m}")) for schedule in schedules.values()]
+        print(f"{m:>3} " + " ".join(f"{cell:14.1f}" for cell in cells))
+    print("\n1024 images an iteration: one pipeline of 16 GPUs or N data-parallel replicas, samples/s")
+    schedules = {"1F1B": "{kind: 1f1b}", "Chimera": "{kind: chimera}", "PRT-bi k=2": bi}
+    print(f"{'replicas':<9} {'layout':<12} " + " ".join(f"{name:>11}" for name in schedules))
+    for replicas in (1, 2, 4, 8):
+        for layout in ("consecutive", "strided") if replicas > 1 else ("consecutive",):
+            overrides = (f"workload.data_parallel={replicas}", f"workload.micro_batches={32 // replicas}",
+                         f"workload.replica_layout={layout}")
+            cells = [throughput(run(TWO_NODES, schedule, *overrides)) for schedule in schedules.values()]
+            print(f"{replicas:<9} {layout:<12} " + " ".join(f"{cell:11.1f}" if cell else f"{'-':>11}"
+                                                             for cell in cells))
+    print("'-': the schedule cannot run there (too few devices or micro-batches, or out of memory)")
+
+
 def main() -> None:
     global MODE
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="analytic network, fewer trend points")
     parser.add_argument("--m-equals-depth", action="store_true",
                         help="also the gains when PRT takes 8k micro-batches (its depth) against the baselines' 8")
+    parser.add_argument("--two-nodes", action="store_true",
+                        help="also 16 GPUs of two nodes: the grouped map, and pipeline or data parallelism")
     args = parser.parse_args()
     if args.quick:
         MODE = "analytic"
@@ -208,6 +245,8 @@ def main() -> None:
     trends(("bert-large", "resnet-152"), args.quick)
     if args.m_equals_depth:
         depth_micro_batches()
+    if args.two_nodes:
+        two_nodes()
 
 
 if __name__ == "__main__":
