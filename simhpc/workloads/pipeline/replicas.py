@@ -40,7 +40,7 @@ class ReplicaReduction:
         self.grad_bytes = list(grad_bytes)
         self.merge_directions = merge_directions
         self.communicators: dict[tuple[int, int], Communicator] = {}
-        """Per (direction, stage) key, the ranks holding a copy of the stage."""
+        """Per (direction, stage) key, a communicator among the GPUs that hold a copy of the stage."""
         for s in range(plan.stages):
             for q in range(plan.pipelines):
                 key = self._key(q, s)
