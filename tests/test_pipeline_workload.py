@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,27 @@ def test_strided_replicas_run_their_pipelines_across_nodes_and_all_reduce_inside
             times[boundary, layout] = workload["iteration_time_s"]
     assert times["0 B", "strided"] < times["0 B", "consecutive"]
     assert times["1 GiB", "strided"] > times["1 GiB", "consecutive"]
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_a_tree_all_reduce_of_the_replicas_gradients_takes_its_rounds_of_the_whole_buffer(replicas):
+    """The binomial tree reduces, then broadcasts, the whole S bytes in ceil(log2 n) rounds each:
+    the iteration ends 2 ceil(log2 n) (alpha + S/B) after the pipeline's 180 ms (analytic network)."""
+    scenario = uniform_replicas(replicas, "workload.gradient_all_reduce=tree")
+    workload = simulate(scenario, "test").summary["workload"]
+    _, built = build(scenario, "test")
+    topology = built.ctx.network.topology
+    path = topology.path("n0.gpu0", "n1.gpu0")
+    rounds = 2 * math.ceil(math.log2(replicas))
+    step = topology.path_latency(path) + built.costs.grad_bytes[0] / topology.path_bandwidth(path)
+    assert workload["iteration_time_s"] == pytest.approx(0.180 + rounds * step, rel=1e-9)
+
+
+def test_a_hierarchical_all_reduce_needs_each_stage_spread_evenly_over_the_nodes():
+    """Three 4-GPU replicas on two nodes put two copies of each stage on n0 and one on n1."""
+    with pytest.raises(ScenarioError, match="gradient_all_reduce: hierarchical all-reduce needs as many copies"):
+        simulate(uniform_replicas(2, "workload.data_parallel=3", "workload.devices=4",
+                                  "workload.gradient_all_reduce=hierarchical"), "test")
+    even = uniform_replicas(2, "workload.data_parallel=4", "workload.devices=4",
+                            "workload.gradient_all_reduce=hierarchical")
+    assert simulate(even, "test").summary["status"] == "ok"

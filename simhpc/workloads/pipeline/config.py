@@ -100,8 +100,11 @@ class PipelineTrainingConfig(Strict):
     activations over PCIe, the NICs and the fabric."""
     data_parallel: Annotated[int, Field(gt=0, le=4096, strict=True)] = 1
     """Replicas of the pipeline, each on its own micro-batches; each stage's gradients are
-    all-reduced (ring) among its copies once the last copy has run its last backward of the
-    iteration."""
+    all-reduced among its copies once the last copy has run its last backward of the iteration."""
+    gradient_all_reduce: Literal["ring", "tree", "hierarchical"] = "ring"
+    """Algorithm of the replicas' gradient all-reduces: ``ring``, ``tree`` (binomial reduce, then
+    broadcast) or ``hierarchical`` (inside each node, across nodes, inside again: every node must
+    hold as many copies of each stage)."""
     replica_layout: Literal["consecutive", "strided"] = "consecutive"
     """Which GPUs (numbered node by node) each replica takes: ``consecutive``, replica ``r`` the
     ``r``-th ``devices`` of them (a pipeline inside a node, the all-reduces between nodes);

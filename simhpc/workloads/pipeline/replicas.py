@@ -3,11 +3,11 @@
 ``data_parallel: N`` runs the same plan on ``N`` groups of GPUs, each on its own share of the
 batch. A stage's copies (one per replica, and per direction of a bidirectional plan whose copies
 are synchronised) hold the same weights, so their gradients are summed before the optimizer step:
-a ring all-reduce among the GPUs that host them, over the network, started when the last copy has
-run its last backward (or ``W``) of the iteration, as PyTorch's DDP starts a bucket's all-reduce
-once every rank has produced it. Stages finish at different times (the first stage last under
-1F1B), so the early stages' all-reduces overlap the later ones' backwards. The iteration ends when
-every reduction has completed.
+an all-reduce (``gradient_all_reduce``: ring, tree or hierarchical) among the GPUs that host them,
+over the network, started when the last copy has run its last backward (or ``W``) of the
+iteration, as PyTorch's DDP starts a bucket's all-reduce once every rank has produced it. Stages
+finish at different times (the first stage last under 1F1B), so the early stages' all-reduces
+overlap the later ones' backwards. The iteration ends when every reduction has completed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from simhpc.policies.pipeline.plan import PipelinePlan
 
 
 class ReplicaReduction:
-    """Ring all-reduces of each stage's gradients among its copies in every replica.
+    """All-reduces of each stage's gradients among its copies in every replica.
 
     Args:
         sim: the simulation.
@@ -32,11 +32,17 @@ class ReplicaReduction:
         grad_bytes: per stage, the bytes of its gradients.
         merge_directions: reduce a bidirectional plan's two copies of a stage with the replicas'
             (its ``sync_replicas``); otherwise each direction's copies apart.
+        algorithm: ``ring``, ``tree`` or ``hierarchical`` (:meth:`Communicator.all_reduce`).
+
+    Raises:
+        ValueError: if the hierarchical all-reduce meets a stage whose copies are spread unevenly
+            over the nodes.
     """
 
     def __init__(self, sim: Simulation, network: Network, replicas: Sequence[Sequence[str]], plan: PipelinePlan,
-                 grad_bytes: Sequence[float], merge_directions: bool) -> None:
+                 grad_bytes: Sequence[float], merge_directions: bool, algorithm: str = "ring") -> None:
         self.sim = sim
+        self.algorithm = algorithm
         self.grad_bytes = list(grad_bytes)
         self.merge_directions = merge_directions
         self.communicators: dict[tuple[int, int], Communicator] = {}
@@ -49,6 +55,8 @@ class ReplicaReduction:
                 directions = range(plan.pipelines) if merge_directions else (q,)
                 ranks = [names[plan.stage_device[p][s]] for names in replicas for p in directions]
                 label = f"dp s{s}" + ("" if merge_directions or plan.pipelines == 1 else f"/p{q}")
+                if algorithm == "hierarchical":
+                    _check_even(network, ranks, s)
                 self.communicators[key] = Communicator(network, ranks, name=label)
         self._pending: dict[tuple[int, int], tuple[int, simpy.Event]] = {}
         self.all_reduces = 0
@@ -74,6 +82,17 @@ class ReplicaReduction:
         del self._pending[key]
         self.all_reduces += 1
         self.all_reduce_bytes += self.grad_bytes[stage]
-        reduced = communicator.all_reduce(self.grad_bytes[stage], "ring")
+        reduced = communicator.all_reduce(self.grad_bytes[stage], self.algorithm)
         reduced.callbacks.append(lambda _event, done=done: done.succeed())
         return done
+
+
+def _check_even(network: Network, ranks: Sequence[str], stage: int) -> None:
+    """Refuse copies of ``stage`` spread unevenly over the nodes (the hierarchical all-reduce's rule)."""
+    per_node: dict[str, int] = {}
+    for rank in ranks:
+        node = network.topology.node_of(rank)
+        per_node[node] = per_node.get(node, 0) + 1
+    if len(set(per_node.values())) > 1:
+        raise ValueError(f"hierarchical all-reduce needs as many copies of each stage on every node; stage "
+                         f"{stage} has {per_node}")

@@ -150,8 +150,11 @@ class PipelineTrainingWorkload(Workload):
         device_of = dict(zip(self.device_names, self.devices))
         self.reduction = None
         if replicas > 1:
-            self.reduction = ReplicaReduction(self.sim, network, groups, self.plan, self.costs.grad_bytes,
-                                              merge_directions=config.sync_replicas)
+            try:
+                self.reduction = ReplicaReduction(self.sim, network, groups, self.plan, self.costs.grad_bytes,
+                                                  config.sync_replicas, config.gradient_all_reduce)
+            except ValueError as error:
+                raise InvalidReference("gradient_all_reduce", str(error)) from None
 
         def sender(group: list[str]) -> Any:
             def send(src: int, dst: int, nbytes: float, label: str) -> Any:
