@@ -43,6 +43,16 @@ MAX_TRANSFERS = 1 << 30
 """The most over all of a workload's iterations (about an hour of simulation)."""
 
 
+def uneven_nodes(network: Network, ranks: Sequence[str]) -> dict[str, int] | None:
+    """Ranks per node when the nodes hold different numbers of ``ranks`` (the hierarchical
+    all-reduce needs as many on every node), else None."""
+    per_node: dict[str, int] = {}
+    for rank in ranks:
+        node = network.topology.node_of(rank)
+        per_node[node] = per_node.get(node, 0) + 1
+    return per_node if len(set(per_node.values())) > 1 else None
+
+
 def transfer_count(collective: str, algorithm: str, ranks: int, nodes: int = 1) -> int:
     """Transfers one ``collective`` (with ``algorithm`` for an all-reduce) among ``ranks`` ranks
     makes, the hierarchical all-reduce's ranks spread evenly over ``nodes`` nodes."""

@@ -11,7 +11,6 @@ nor for an all-to-all whose paths differ.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Generator
 from typing import Annotated, Any, Literal
 
@@ -65,6 +64,7 @@ class CollectiveWorkload(Workload):
             MAX_TRANSFERS_A_ROUND,
             check_all_to_all_ranks,
             transfer_count,
+            uneven_nodes,
         )
 
         endpoints = list(self.ctx.network.topology.endpoints)
@@ -95,10 +95,10 @@ class CollectiveWorkload(Workload):
         if config.root >= len(ranks):
             raise InvalidReference("root", f"root {config.root} is not one of the {len(ranks)} ranks")
         if config.collective == "all_reduce" and config.algorithm == "hierarchical":
-            per_node = Counter(self.ctx.network.topology.node_of(rank) for rank in ranks)
-            if len(set(per_node.values())) > 1:
+            per_node = uneven_nodes(self.ctx.network, ranks)
+            if per_node is not None:
                 raise InvalidReference("ranks", "the hierarchical all-reduce needs the same number of ranks "
-                                       f"on every node, got {dict(per_node)}")
+                                       f"on every node, got {per_node}")
         nodes = len({self.ctx.network.topology.node_of(rank) for rank in ranks})
         transfers = transfer_count(config.collective, config.algorithm, len(ranks), nodes)
         if transfers > MAX_TRANSFERS_A_ROUND:

@@ -18,6 +18,7 @@ import simpy
 
 from simhpc.engine import Simulation
 from simhpc.network import Communicator, Network
+from simhpc.network.collectives import uneven_nodes
 from simhpc.policies.pipeline.plan import PipelinePlan
 
 
@@ -55,8 +56,10 @@ class ReplicaReduction:
                 directions = range(plan.pipelines) if merge_directions else (q,)
                 ranks = [names[plan.stage_device[p][s]] for names in replicas for p in directions]
                 label = f"dp s{s}" + ("" if merge_directions or plan.pipelines == 1 else f"/p{q}")
-                if algorithm == "hierarchical":
-                    _check_even(network, ranks, s)
+                per_node = uneven_nodes(network, ranks) if algorithm == "hierarchical" else None
+                if per_node is not None:
+                    raise ValueError(f"hierarchical all-reduce needs as many copies of each stage on every "
+                                     f"node; stage {s} has {per_node}")
                 self.communicators[key] = Communicator(network, ranks, name=label)
         self._pending: dict[tuple[int, int], tuple[int, simpy.Event]] = {}
         self.all_reduces = 0
@@ -86,13 +89,3 @@ class ReplicaReduction:
         reduced.callbacks.append(lambda _event, done=done: done.succeed())
         return done
 
-
-def _check_even(network: Network, ranks: Sequence[str], stage: int) -> None:
-    """Refuse copies of ``stage`` spread unevenly over the nodes (the hierarchical all-reduce's rule)."""
-    per_node: dict[str, int] = {}
-    for rank in ranks:
-        node = network.topology.node_of(rank)
-        per_node[node] = per_node.get(node, 0) + 1
-    if len(set(per_node.values())) > 1:
-        raise ValueError(f"hierarchical all-reduce needs as many copies of each stage on every node; stage "
-                         f"{stage} has {per_node}")
