@@ -65,6 +65,20 @@ def test_registry_lists_every_schedule():
     assert lookup("pipeline", "prt") is Prt
 
 
+@pytest.mark.parametrize("params", [
+    {"kind": "gpipe"}, {"kind": "1f1b"}, {"kind": "zb-h1"}, {"kind": "interleaved", "v": 3}, {"kind": "chimera"},
+    {"kind": "prt", "k": 2}, {"kind": "prt", "k": 3, "direction": "bi"}, {"kind": "prt", "k": 2, "mapping": "v_shape"},
+    {"kind": "prt", "k": 2, "direction": "bi", "groups": 2},
+    {"kind": "prt", "k": 2, "mapping": [3, 2, 1, 0, 0, 1, 2, 3]},
+], ids=lambda params: "-".join(str(value) for value in params.values()))
+def test_a_schedule_knows_its_stage_maps_before_it_plans(params):
+    """What the cut is priced with (``stage_maps``) is the plan's own ``stage_device``."""
+    cls = lookup("pipeline", params["kind"])
+    schedule = cls(cls.Params(**params))
+    for devices in (4,) if isinstance(params.get("mapping"), list) else (4, 8):
+        assert schedule.stage_maps(devices) == schedule.plan(devices, 8).stage_device, devices
+
+
 def test_gpipe_and_1f1b_bubble_formula_exact_on_the_grid():
     for p, m in itertools.product(P_GRID, M_GRID):
         backward = 1.0 if m % 5 == 0 else 2.0
@@ -321,3 +335,44 @@ def test_smoothest_partition_keeps_the_slowest_stage_and_evens_the_rest():
     costs = [4.0] + [1.0] * 8  # the min-max cut is set by the first layer alone
     assert min(_stage_sums(costs, balanced_partition(costs, 5))) == 1.0
     assert _stage_sums(costs, smoothest_partition(costs, 5)) == [4.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def _boundary_costs(costs: list[float], bounds: tuple[int, ...], rows: list[list[float]],
+                    overlap: bool) -> list[float]:
+    stage = [(sum(costs[a:b]), rows[i][b - 1] if b < len(costs) else 0.0)
+             for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+    return [max(layers, cut) if overlap else layers + cut for layers, cut in stage]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_partitions_with_a_cut_cost_per_boundary_are_optimal(overlap: bool):
+    """Cut costs that differ per boundary (a pipeline crossing nodes at some boundaries only),
+    added to a stage or (``overlap``, PipeDream's objective) the larger of the two: exhaustively on
+    small random cases, balanced_partition's slowest stage is the least any cut has, and
+    smoothest_partition keeps it with the least sum of squares. One row repeated for every
+    boundary gives the single-row cut."""
+    generator = random.Random(11)
+    for _ in range(60):
+        n, stages = generator.randint(3, 9), generator.randint(2, 5)
+        if stages > n:
+            continue
+        costs = [generator.random() for _ in range(n)]
+        rows = [[generator.choice((0.0, 0.05, 2.0)) * generator.random() for _ in range(n)] for _ in range(stages - 1)]
+        cuts = [(0, *cut, n) for cut in itertools.combinations(range(1, n), stages - 1)]
+        best = min(max(_boundary_costs(costs, bounds, rows, overlap)) for bounds in cuts)
+        balanced = balanced_partition(costs, stages, rows, overlap)
+        assert max(_boundary_costs(costs, balanced, rows, overlap)) == pytest.approx(best, rel=1e-12)
+        ours = _boundary_costs(costs, smoothest_partition(costs, stages, rows, overlap), rows, overlap)
+        assert max(ours) <= best * (1 + 1e-9)
+        squares = min(sum(x * x for x in sums) for bounds in cuts
+                      if max(sums := _boundary_costs(costs, bounds, rows, overlap)) <= best * (1 + 1e-9))
+        assert sum(x * x for x in ours) == pytest.approx(squares, rel=1e-9)
+        row = rows[0]
+        assert (smoothest_partition(costs, stages, [row] * (stages - 1), overlap)
+                == smoothest_partition(costs, stages, row, overlap))
+    # six layers of 1 into 3 stages: (0, 2, 4, 6) with free cuts; boundary 1 dear but after layer 3
+    dear = [[0.0] * 6, [5.0, 5.0, 0.0, 5.0, 5.0, 5.0]]
+    assert balanced_partition([1.0] * 6, 3) == (0, 2, 4, 6)
+    assert balanced_partition([1.0] * 6, 3, dear)[2] == 3
+    with pytest.raises(ValueError, match="3 rows for 2 boundaries"):
+        balanced_partition([1.0] * 6, 3, [[0.0] * 6] * 3)

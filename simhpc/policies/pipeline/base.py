@@ -28,6 +28,11 @@ class PipelineSchedule(ABC):
     def stages(self, devices: int) -> int:
         """Pipeline depth D on ``devices`` devices."""
 
+    def stage_maps(self, devices: int) -> tuple[tuple[int, ...], ...]:
+        """Per pipeline, the device of each stage: the plan's ``stage_device``, known before the
+        model is cut. By default one pipeline with stage ``d`` on device ``d``."""
+        return (tuple(range(devices)),)
+
     def check(self, devices: int, micro_batches: int) -> None:
         """Raise ValueError if the schedule cannot run ``micro_batches`` on ``devices``."""
 

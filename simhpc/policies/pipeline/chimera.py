@@ -185,6 +185,9 @@ class Chimera(PipelineSchedule):
     def stages(self, devices: int) -> int:
         return devices
 
+    def stage_maps(self, devices: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(range(devices)), mirror(range(devices), devices)
+
     def check(self, devices: int, micro_batches: int) -> None:
         if devices % 2:
             raise ValueError(f"chimera needs an even number of devices, got {devices}")

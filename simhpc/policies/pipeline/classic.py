@@ -140,6 +140,9 @@ class Interleaved(PipelineSchedule):
     def stages(self, devices: int) -> int:
         return self.params.v * devices
 
+    def stage_maps(self, devices: int) -> tuple[tuple[int, ...], ...]:
+        return (round_robin(devices, self.stages(devices)),)
+
     def plan(self, devices: int, micro_batches: int, backward_cost: float = 2.0) -> PipelinePlan:
-        mapping = round_robin(devices, self.stages(devices))
+        (mapping,) = self.stage_maps(devices)
         return grouped_plan("interleaved", mapping, devices, micro_batches, backward_cost)

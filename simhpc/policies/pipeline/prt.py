@@ -82,7 +82,7 @@ from simhpc.policies.pipeline.chimera import (
 )
 from simhpc.policies.pipeline.classic import grouped_plan
 from simhpc.policies.pipeline.greedy import ScheduleStall, fastest_order, list_schedule
-from simhpc.policies.pipeline.mapping import custom, round_robin, v_shape
+from simhpc.policies.pipeline.mapping import custom, mirror, round_robin, v_shape
 from simhpc.policies.pipeline.plan import PipelinePlan
 from simhpc.policies.pipeline.profile import StageProfile
 from simhpc.registry import register
@@ -138,6 +138,10 @@ class Prt(PipelineSchedule):
         if mapping == "v_shape":
             return v_shape(devices, stages)
         return custom(mapping, devices, stages)
+
+    def stage_maps(self, devices: int) -> tuple[tuple[int, ...], ...]:
+        down = self.stage_map(devices)
+        return (down, mirror(down, devices)) if self.bidirectional else (down,)
 
     def check(self, devices: int, micro_batches: int) -> None:
         self.stage_map(devices)

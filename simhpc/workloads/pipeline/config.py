@@ -116,9 +116,11 @@ class PipelineTrainingConfig(Strict):
     partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
     """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's balance by
     time; of two such cuts, the min-max search's and the most even one, the one the schedule's
-    dry run finds faster), the same plus the transfers of the cut that ends it (PipeDream's
-    objective; transfers overlap compute, so this over-weights them), equal layer counts, or
-    minimise the largest stage's parameter count (DeepSpeed's default ``partition_method``)."""
+    dry run finds faster); ``time_and_transfer``: the same candidates and the cuts that also price
+    the transfer that ends each stage, over the two devices that boundary joins, either added to
+    the stage or overlapping it (PipeDream's objective), the fastest by the dry run; equal layer
+    counts; or minimise the largest stage's parameter count (DeepSpeed's default
+    ``partition_method``)."""
     optimizer: Literal["adam", "sgd", "none"] = "adam"
     """Optimizer state kept per parameter (memory only)."""
     memory_capacity: PositiveSize | None = None

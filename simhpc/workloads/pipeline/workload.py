@@ -2,7 +2,9 @@
 
 The model profile (:mod:`simhpc.models`) is cut into the schedule's number of stages (balanced on
 forward + backward time: of the cuts with the smallest largest stage, the min-max search's own or
-the most even one, whichever the schedule's dry run with the profiled times finishes first), the
+the most even one, whichever the schedule's dry run with the profiled times finishes first; with
+``partition: time_and_transfer`` also the cuts that price each boundary's transfer over the two
+devices the schedule's stage maps put it between, :func:`boundary_cut_costs`), the
 schedule (registry family ``pipeline``) returns the per-device op lists, and
 :class:`~simhpc.workloads.pipeline.engine.PipelineExecutor` runs them with activation and gradient
 transfers over the cluster's links (``network``): NVLink inside a node; PCIe, the NICs and the fabric
@@ -21,6 +23,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import GpuSpec
@@ -28,7 +32,7 @@ from simhpc.models import ModelProfile, build_model, uniform_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
-from simhpc.policies.pipeline.profile import StageProfile
+from simhpc.policies.pipeline.profile import Route, StageProfile
 from simhpc.policies.pipeline.timing import plan_timing
 from simhpc.registry import lookup, register
 from simhpc.units import format_size
@@ -54,6 +58,23 @@ def model_of(config: PipelineTrainingConfig) -> ModelProfile:
                              stash_bytes=model.stash, boundary_bytes=model.boundary)
     return build_model(model, config.micro_batch_size, seq_len=config.seq_len,
                        image_size=config.image_size, dtype=config.dtype)
+
+
+def boundary_cut_costs(maps: tuple[tuple[int, ...], ...], boundary_bytes: np.ndarray, route: Route) -> np.ndarray:
+    """PipeDream's cut cost per boundary (row) and layer (column): the activation after the layer
+    sent forward and its gradient back, ``2 (latency + bytes / bandwidth)`` over the path between
+    the two devices the boundary joins (free where both stages are on one device, as at a V-shaped
+    map's turns); with two pipelines, the mean of their pairs (each runs half the micro-batches)."""
+    rows = []
+    for boundary in range(len(maps[0]) - 1):
+        row = np.zeros_like(boundary_bytes, dtype=float)
+        for mapping in maps:
+            source, target = mapping[boundary], mapping[boundary + 1]
+            if source != target:
+                latency, bandwidth = route(source, target)
+                row += 2 * (latency + boundary_bytes / bandwidth)
+        rows.append(row / len(maps))
+    return np.asarray(rows)
 
 
 def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
@@ -114,7 +135,14 @@ class PipelineTrainingWorkload(Workload):
             groups = [self.device_names[r * count:(r + 1) * count] for r in range(replicas)]
         else:
             groups = [self.device_names[r::replicas] for r in range(replicas)]
+        topology = network.topology
         names = groups[0]  # replica 0's: the plan and its profile
+
+        @functools.cache
+        def route(source: int, target: int) -> tuple[float, float]:
+            path = topology.path(names[source], names[target])
+            return topology.path_latency(path), topology.path_bandwidth(path)
+
         self.schedule = schedule_of(config)
         self.model = model_of(config)
         layer_costs = self.model.costs(context.cost_model, self.gpu)
@@ -124,20 +152,19 @@ class PipelineTrainingWorkload(Workload):
         elif config.partition == "parameters":
             cuts = [balanced_partition(layer_costs.params.astype(float), stages)]
         else:
-            cut_costs = None
-            if config.partition == "time_and_transfer":  # activation out, gradient back, between the
-                # first two GPUs (the cut comes before the schedule maps stages to devices)
-                path = network.topology.path(names[0], names[1])
-                latency, bandwidth = network.topology.path_latency(path), network.topology.path_bandwidth(path)
-                cut_costs = 2 * (latency + layer_costs.boundary_bytes / bandwidth)
-            cuts = list(dict.fromkeys(partition(layer_costs.step_s, stages, cut_costs)
+            objectives: list[tuple[np.ndarray | None, bool]] = [(None, False)]
+            if config.partition == "time_and_transfer":  # a cut's transfer added to its stage, or overlapping it
+                cut_costs = boundary_cut_costs(self.schedule.stage_maps(count), layer_costs.boundary_bytes, route)
+                objectives += [(cut_costs, False), (cut_costs, True)]
+            cuts = list(dict.fromkeys(partition(layer_costs.step_s, stages, cut_costs, overlap)
+                                      for cut_costs, overlap in objectives
                                       for partition in (balanced_partition, smoothest_partition)))
         element = 4 if config.dtype == "fp32" else 2
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
         planned: list[tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]] = []
         for bounds in cuts:
             costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element)
-            profile = self._profile(costs, network, names)
+            profile = self._profile(costs, route)
             try:
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
             except ScheduleStall as error:
@@ -167,17 +194,10 @@ class PipelineTrainingWorkload(Workload):
                              gradient_sync=self.reduction.ready if self.reduction else None)
             for group in groups]
 
-    def _profile(self, costs: StageCosts, network: Any, names: list[str]) -> StageProfile:
+    def _profile(self, costs: StageCosts, route: Route) -> StageProfile:
         """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
-        boundary's transfer time over the path between the two GPUs it joins (between the first
-        two where the devices are not known)."""
-        topology = network.topology
-
-        @functools.cache
-        def route(source: int, target: int) -> tuple[float, float]:
-            path = topology.path(names[source], names[target])
-            return topology.path_latency(path), topology.path_bandwidth(path)
-
+        boundary's transfer time over the path between the two GPUs it joins (``route``; between
+        the first two where the devices are not known)."""
         latency, bandwidth = route(0, 1)
         overhead = self.config.stage_overhead
         return StageProfile(forward=tuple(f + overhead for f in costs.forward_s),
