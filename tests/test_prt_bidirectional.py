@@ -7,15 +7,16 @@ depend on ``k``), no communication unless a profile says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
-from simhpc.policies.pipeline import Chimera, GPipe, PipelinePlan, Prt, plan_timing
+from simhpc.policies.pipeline import Chimera, GPipe, OneFOneB, PipelinePlan, Prt, ZeroBubbleH1, plan_timing
 from simhpc.policies.pipeline.chimera import forward_first, split_directions
 from simhpc.policies.pipeline.greedy import list_schedule
 from simhpc.policies.pipeline.mapping import mirror, round_robin
-from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op
 from simhpc.policies.pipeline.profile import StageProfile
 from tests.test_pipeline_schedules import check_invariants, unit
 
@@ -187,6 +188,15 @@ def test_stage_profile_rejects_bad_input_and_times_ops():
                 ((0.0, 0.0), (1.0, 1.0), (0.0, 0.0))]:
         with pytest.raises(ValueError):
             StageProfile(*bad)
+    split = ZeroBubbleH1(ZeroBubbleH1.Params(kind="zb-h1")).plan(2, 2)
+    with pytest.raises(ValueError, match="needs weight-gradient times"):
+        profile.op_seconds(split)
+    assert profile.op_seconds(OneFOneB(OneFOneB.Params(kind="1f1b")).plan(2, 2)) == profile.duration
+    both = dataclasses.replace(profile, input_grad=(1.5, 3.0), weight_grad=(0.5, 1.0))
+    seconds = both.op_seconds(split)
+    assert [seconds(Op(kind, 0, 1)) for kind in (FORWARD, BACKWARD, WEIGHT)] == [2.0, 3.0, 1.0]
+    with pytest.raises(ValueError, match="one entry per stage"):
+        dataclasses.replace(profile, input_grad=(1.0,), weight_grad=(1.0,))
 
 
 def test_a_routed_profile_times_each_boundary_over_its_own_pair_of_devices():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from simhpc.policies.pipeline.plan import FORWARD, Op
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 
 Route = Callable[[int, int], tuple[float, float]]
 """Latency (s) and bottleneck bandwidth (bytes/s) of the path from one device to another."""
@@ -33,6 +33,9 @@ class StageProfile:
         boundary_bytes: with ``route``, the bytes each boundary carries (one entry per stage).
         route: the path between two devices, so a boundary costs what its own pair of devices
             takes (a pipeline across nodes crosses a slower network between them).
+        input_grad: for plans that split the backward (zero-bubble), the ``B`` op: the input
+            gradient only.
+        weight_grad: for those plans, the ``W`` op: the weight gradient.
     """
 
     forward: tuple[float, ...]
@@ -40,14 +43,19 @@ class StageProfile:
     transfer: tuple[float, ...]
     boundary_bytes: tuple[float, ...] = ()
     route: Route | None = field(default=None, compare=False)
+    input_grad: tuple[float, ...] = ()
+    weight_grad: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.forward)
         if n == 0 or len(self.backward) != n or len(self.transfer) != n:
             raise ValueError("a stage profile needs one forward, backward and transfer time per stage")
+        if len(self.input_grad) != len(self.weight_grad) or len(self.weight_grad) not in (0, n):
+            raise ValueError("a stage profile's input- and weight-gradient times need one entry per stage each")
         if self.route is not None and len(self.boundary_bytes) != n:
             raise ValueError("a stage profile with a route needs the bytes of every boundary")
-        if any(not t >= 0.0 for t in (*self.forward, *self.backward, *self.transfer)):
+        if any(not t >= 0.0 for t in (*self.forward, *self.backward, *self.transfer, *self.input_grad,
+                                      *self.weight_grad)):
             raise ValueError("stage profile times must be non-negative numbers")
         if sum(self.forward) <= 0.0:
             raise ValueError("a stage profile needs a positive forward time")
@@ -64,6 +72,16 @@ class StageProfile:
     def duration(self, op: Op) -> float:
         """Seconds of ``op`` (``F`` or ``B``)."""
         return self.forward[op.stage] if op.kind == FORWARD else self.backward[op.stage]
+
+    def op_seconds(self, plan: PipelinePlan) -> Callable[[Op], float]:
+        """Seconds of each op of ``plan``: :meth:`duration`, or where the plan splits the backward,
+        ``B`` the input gradient's time and ``W`` the weight gradient's."""
+        if not plan.split_backward:
+            return self.duration
+        if not self.weight_grad:
+            raise ValueError(f"{plan.name} splits the backward: the stage profile needs weight-gradient times")
+        times = {FORWARD: self.forward, BACKWARD: self.input_grad, WEIGHT: self.weight_grad}
+        return lambda op: times[op.kind][op.stage]
 
     def delay(self, producer: Op, consumer: Op, source: int | None = None, target: int | None = None) -> float:
         """Seconds from ``producer``'s end (on device ``source``) to its output reaching

@@ -169,7 +169,8 @@ class PipelineTrainingWorkload(Workload):
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
             except ScheduleStall as error:
                 raise InvalidReference("schedule", str(error)) from None
-            planned.append((plan_timing(plan, profile.duration, profile.delay).makespan, bounds, costs, profile, plan))
+            estimate = plan_timing(plan, profile.op_seconds(plan), profile.delay).makespan
+            planned.append((estimate, bounds, costs, profile, plan))
         # the cut the schedule's own estimate runs fastest (the first on a tie)
         _, self.bounds, self.costs, self.profile, self.plan = min(planned, key=lambda entry: entry[0])
         capacity = config.memory_capacity or self.gpu.memory_capacity
@@ -195,15 +196,20 @@ class PipelineTrainingWorkload(Workload):
             for group in groups]
 
     def _profile(self, costs: StageCosts, route: Route) -> StageProfile:
-        """``costs`` as a schedule may plan with them: op times with the per-op overhead, and each
-        boundary's transfer time over the path between the two GPUs it joins (``route``; between
-        the first two where the devices are not known)."""
+        """``costs`` as a schedule may plan with them: op times with the per-op overhead (the engine's),
+        and each boundary's transfer time over the path between the two GPUs it joins (``route``;
+        between the first two where the devices are not known)."""
         latency, bandwidth = route(0, 1)
         overhead = self.config.stage_overhead
-        return StageProfile(forward=tuple(f + overhead for f in costs.forward_s),
-                            backward=tuple(b + overhead for b in costs.backward_s),
+
+        def with_overhead(seconds: tuple[float, ...]) -> tuple[float, ...]:
+            return tuple(t + overhead for t in seconds)
+        split = bool(costs.weight_grad_s)
+        return StageProfile(forward=with_overhead(costs.forward_s), backward=with_overhead(costs.backward_s),
                             transfer=tuple(latency + nbytes / bandwidth for nbytes in costs.boundary_bytes),
-                            boundary_bytes=tuple(costs.boundary_bytes), route=route)
+                            boundary_bytes=tuple(costs.boundary_bytes), route=route,
+                            input_grad=with_overhead(costs.input_grad_s) if split else (),
+                            weight_grad=with_overhead(costs.weight_grad_s) if split else ())
 
     def start(self) -> None:
         for executor in self.executors:
