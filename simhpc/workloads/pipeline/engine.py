@@ -14,6 +14,11 @@ list, so no wait) and sends nothing. ``B`` takes the stage's input-gradient time
 (:attr:`StageCosts.input_grad_s`), ``W`` its weight-gradient time (``weight_grad_s``); both
 count as busy time and each pays the per-op overhead.
 
+Idle time: a device that waits for an input from another device waits first for the op that
+produces it (a dependency: the pipeline's bubble) and then, once that op has ended, for the bytes
+in flight: the *transfer wait*, the point-to-point communication the schedule leaves exposed
+(:meth:`PipelineExecutor.transfer_wait_fractions`).
+
 Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
 before the first iteration; a forward allocates its stage's activation stash when it starts and
 the last pass that reads it frees it when it ends: the backward, or in a split plan the ``W``
@@ -96,6 +101,8 @@ class PipelineExecutor:
         self.iteration_times: list[float] = []
         self.busy: list[list[float]] = []
         """Per iteration, each device's compute-busy seconds."""
+        self.transfer_waits: list[list[float]] = []
+        """Per iteration, each device's seconds waiting for inputs in flight (their producer done)."""
         self.transfers = 0
         self.transfer_bytes = 0.0
         self.iterations_done = 0
@@ -113,6 +120,8 @@ class PipelineExecutor:
             per_pipeline[q] += 1
         self._per_pipeline = per_pipeline
         self._arrivals: dict[Op, simpy.Event] = {}
+        self._produced: dict[Op, float] = {}
+        """Per consumer op on another device: when its input's producer ended."""
         self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
         """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
         self._backwards: dict[tuple[int, int], int] = {}
@@ -164,17 +173,20 @@ class PipelineExecutor:
         for iteration in range(iterations):
             self._iteration = iteration
             self._arrivals = {}
+            self._produced = {}
             self._arrows_due = {}
             self._backwards = {}
             self._syncs = []
             start = env.now
             busy = [0.0] * self.plan.devices
-            workers = [env.process(self._device(d, busy)) for d in range(self.plan.devices)]
+            waits = [0.0] * self.plan.devices
+            workers = [env.process(self._device(d, busy, waits)) for d in range(self.plan.devices)]
             yield env.all_of(workers)
             if self._syncs:
                 yield env.all_of(self._syncs)
             self.iteration_times.append(env.now - start)
             self.busy.append(busy)
+            self.transfer_waits.append(waits)
             self.iterations_done += 1
 
     def _arrival(self, op: Op) -> simpy.Event:
@@ -183,7 +195,7 @@ class PipelineExecutor:
             event = self._arrivals[op] = self.sim.env.event()
         return event
 
-    def _device(self, d: int, busy: list[float]) -> Generator[Any, Any, None]:
+    def _device(self, d: int, busy: list[float], waits: list[float]) -> Generator[Any, Any, None]:
         stream = self.streams[d]
         memory = self.devices[d].memory
         stash = self.costs.stash_bytes
@@ -191,10 +203,13 @@ class PipelineExecutor:
         labels = self._labels
         iteration = self._iteration
         last_pass = self._last_pass
+        env = self.sim.env
         for op in self.plan.ops[d]:
             kind, j, s = op
             if remote[op]:
+                asked = env.now
                 yield self._arrival(op)
+                waits[d] += env.now - max(asked, self._produced.pop(op))
             if kind == FORWARD:
                 try:
                     memory.allocate(stash[s], f"activations of {labels[op]} (iteration {iteration})")
@@ -229,6 +244,7 @@ class PipelineExecutor:
             nbytes = self.costs.boundary_bytes[s - 1]
         if not self._remote[consumer]:
             return
+        self._produced[consumer] = self.sim.env.now
         arrival = self._arrival(consumer)
         if self.send is None:
             arrival.succeed()
@@ -280,7 +296,14 @@ class PipelineExecutor:
 
     def bubble_fractions(self) -> list[float]:
         """Per iteration: ``1 - sum(busy) / (devices x iteration time)``."""
-        result = []
-        for time, busy in zip(self.iteration_times, self.busy):
-            result.append(1.0 - sum(busy) / (len(busy) * time) if time > 0 else 0.0)
-        return result
+        return [1.0 - share if time > 0 else 0.0 for time, share in zip(self.iteration_times, self._shares(self.busy))]
+
+    def transfer_wait_fractions(self) -> list[float]:
+        """Per iteration: ``sum(transfer waits) / (devices x iteration time)``, the part of the
+        bubble spent waiting for bytes in flight."""
+        return self._shares(self.transfer_waits)
+
+    def _shares(self, seconds: list[list[float]]) -> list[float]:
+        """Per iteration, the devices' summed ``seconds`` over ``devices x iteration time``."""
+        return [sum(per_device) / (len(per_device) * time) if time > 0 else 0.0
+                for time, per_device in zip(self.iteration_times, seconds)]

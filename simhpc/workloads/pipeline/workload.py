@@ -14,8 +14,10 @@ plan runs on N groups of devices at once and each stage's gradients are all-redu
 copies (:mod:`~simhpc.workloads.pipeline.replicas`).
 
 Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
-iteration time)``: the devices' idle share of the iteration), per-device peak memory and its
-imbalance (max / min), stage costs and point-to-point traffic.
+iteration time)``: the devices' idle share of the iteration) and the part of it spent waiting for
+activations and gradients in flight (``transfer_wait_fraction``: exposed point-to-point
+communication), per-device peak memory and its imbalance (max / min), stage costs and
+point-to-point traffic.
 """
 
 from __future__ import annotations
@@ -221,9 +223,11 @@ class PipelineTrainingWorkload(Workload):
         mean = sum(times) / len(times) if times else None
         samples = c.micro_batches * c.micro_batch_size * c.data_parallel
         peaks = [device.memory.peak for device in self.devices]
-        # replicas of equal size and iteration times: the whole run's bubble is their mean
+        # replicas of equal size and iteration times: the whole run's shares are their means
         bubbles = [sum(fractions) / len(fractions)
                    for fractions in zip(*(executor.bubble_fractions() for executor in executors))]
+        waits = [sum(fractions) / len(fractions)
+                 for fractions in zip(*(executor.transfer_wait_fractions() for executor in executors))]
         result: dict[str, Any] = {
             "kind": "pipeline_training",
             "model": c.model if isinstance(c.model, str) else c.model.model_dump(),
@@ -243,6 +247,7 @@ class PipelineTrainingWorkload(Workload):
             "iteration_time_s": mean,
             "throughput_samples_per_second": samples / mean if mean else None,
             "bubble_fraction": sum(bubbles) / len(bubbles) if bubbles else None,
+            "transfer_wait_fraction": sum(waits) / len(waits) if waits else None,
             "device_names": list(self.device_names),
             "peak_memory_bytes": peaks,
             "max_peak_memory_bytes": max(peaks),
@@ -262,7 +267,8 @@ class PipelineTrainingWorkload(Workload):
             result["gradient_all_reduces"] = self.reduction.all_reduces
             result["gradient_all_reduce_bytes"] = self.reduction.all_reduce_bytes
         if executors[0].busy:
-            busy = {device.name: seconds for executor in executors
-                    for device, seconds in zip(executor.devices, executor.busy[-1])}
-            result["device_busy_s"] = [busy[name] for name in self.device_names]
+            for key, seconds in (("device_busy_s", "busy"), ("device_transfer_wait_s", "transfer_waits")):
+                last = {device.name: value for executor in executors
+                        for device, value in zip(executor.devices, getattr(executor, seconds)[-1])}
+                result[key] = [last[name] for name in self.device_names]
         return result
