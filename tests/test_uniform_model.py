@@ -133,6 +133,29 @@ def test_one_f_one_b_exposes_more_of_its_transfers_than_gpipe() -> None:
             assert busy + wait <= run["iteration_time_s"] * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 6), (8, 8)])
+def test_recomputation_reruns_each_forward_and_keeps_only_stage_inputs(schedule: str, p: int, m: int) -> None:
+    """``recompute: full``: every backward reruns its stage's forward, so the iteration is
+    (m+p-1)(2F+B) and the bubble formula holds; a stage keeps only its input (the boundary bytes;
+    nothing on the first stage) per micro-batch in flight, plus the one stage's activations a
+    backward rebuilds: GPipe's m micro-batches in flight everywhere, 1F1B's p - d on device d."""
+    stash, boundary = 100 * 2**20, 10 * 2**20
+    run = summary(f"workload.schedule={{kind: {schedule}}}", f"workload.devices={p}", f"workload.micro_batches={m}",
+                  "workload.model.stash=100 MiB", "workload.model.boundary=10 MiB", "workload.recompute=full")
+    forward, backward = LAYERS // p * 1e-3, LAYERS // p * 2e-3
+    assert run["iteration_time_s"] == pytest.approx((m + p - 1) * (2 * forward + backward), rel=1e-6)
+    assert run["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), abs=1e-6)
+    in_flight = [m if schedule == "gpipe" else min(p - d, m) for d in range(p)]
+    rebuilt = LAYERS // p * stash
+    expected = [rebuilt + (boundary * held if d else 0) for d, held in enumerate(in_flight)]
+    assert run["peak_memory_bytes"] == pytest.approx(expected, rel=1e-12)
+    assert run["recompute"] == "full"
+    kept = summary(f"workload.schedule={{kind: {schedule}}}", f"workload.devices={p}", f"workload.micro_batches={m}",
+                   "workload.model.stash=100 MiB", "workload.model.boundary=10 MiB")
+    assert kept["peak_memory_bytes"] == pytest.approx([rebuilt * held for held in in_flight], rel=1e-12)
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["workload.seq_len=128"], "workload.seq_len: the uniform model takes no input"),
     (["workload.model.weight_grad=3 ms"], "workload.model.weight_grad: the weight-gradient part of backward"),

@@ -15,6 +15,7 @@ incoming gradient and write one gradient.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -70,6 +71,11 @@ class LayerCosts:
     def step_s(self) -> np.ndarray:
         """Forward plus backward of each layer."""
         return self.forward_s + self.backward_s
+
+    def recomputed(self) -> LayerCosts:
+        """These costs with activation recomputation: each backward first reruns its forward (before
+        the input gradient, which needs the rebuilt activations)."""
+        return dataclasses.replace(self, backward_input_s=self.backward_input_s + self.forward_s)
 
     def __len__(self) -> int:
         return len(self.names)

@@ -121,6 +121,11 @@ class PipelineTrainingConfig(Strict):
     the stage or overlapping it (PipeDream's objective), the fastest by the dry run; equal layer
     counts; or minimise the largest stage's parameter count (DeepSpeed's default
     ``partition_method``)."""
+    recompute: Literal["none", "full"] = "none"
+    """Activation recomputation (GPipe's re-materialisation, Megatron's full checkpointing): with
+    ``full`` a stage keeps only its input from forward to backward, and its backward first reruns
+    its forward to rebuild the rest (a forward's time more, that stage's activations for the
+    backward's length)."""
     optimizer: Literal["adam", "sgd", "none"] = "adam"
     """Optimizer state kept per parameter (memory only)."""
     memory_capacity: PositiveSize | None = None

@@ -22,9 +22,11 @@ in flight: the *transfer wait*, the point-to-point communication the schedule le
 Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
 before the first iteration; a forward allocates its stage's activation stash when it starts and
 the last pass that reads it frees it when it ends: the backward, or in a split plan the ``W``
-(the weight gradients need the layers' saved inputs, so the stash lives until ``W``). The
-approximation: the activations only ``B`` reads are not freed earlier, and the output gradients
-``B`` leaves for ``W`` are not counted. Exceeding the device raises
+(the weight gradients need the layers' saved inputs, so the stash lives until ``W``). With
+activation recomputation the stash is the stage's input, and the backward allocates the
+activations it rebuilds when it starts; they go with the stash. The approximation: the
+activations only ``B`` reads are not freed earlier, and the output gradients ``B`` leaves for
+``W`` are not counted. Exceeding the device raises
 :class:`~simhpc.errors.SimulatedOOM` naming the device and the op.
 
 Bidirectional plans hold two copies of each stage; with ``sync_replicas`` each copy sends its
@@ -199,6 +201,7 @@ class PipelineExecutor:
         stream = self.streams[d]
         memory = self.devices[d].memory
         stash = self.costs.stash_bytes
+        rebuilt = self.costs.recompute_bytes
         remote = self._remote
         labels = self._labels
         iteration = self._iteration
@@ -210,9 +213,11 @@ class PipelineExecutor:
                 asked = env.now
                 yield self._arrival(op)
                 waits[d] += env.now - max(asked, self._produced.pop(op))
-            if kind == FORWARD:
+            needed = stash[s] if kind == FORWARD else rebuilt[s] if rebuilt and kind == BACKWARD else None
+            if needed is not None:
+                what = "activations of" if kind == FORWARD else "activations recomputed by"
                 try:
-                    memory.allocate(stash[s], f"activations of {labels[op]} (iteration {iteration})")
+                    memory.allocate(needed, f"{what} {labels[op]} (iteration {iteration})")
                 except SimulatedOOM as oom:
                     self._abort(oom)
                     return
@@ -224,7 +229,7 @@ class PipelineExecutor:
             if remote[op]:
                 self._draw_arrow(op, stream.track)
             if kind == last_pass:
-                memory.free(stash[s])
+                memory.free(stash[s] + (rebuilt[s] if rebuilt else 0.0))
                 self._count_backward(op, d)
             if kind != WEIGHT:
                 self._deliver(op, d)

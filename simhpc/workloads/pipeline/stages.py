@@ -19,13 +19,17 @@ class StageCosts:
         backward_s: backward pass (input and weight gradients together).
         state_bytes: weights, gradients and optimizer state of the stage.
         grad_bytes: the stage's gradients (exchanged between replicas of bidirectional plans).
-        stash_bytes: activations kept from forward to backward.
+        stash_bytes: activations kept from forward to backward (with recomputation, the stage's
+            input only).
         boundary_bytes: bytes sent to the next stage (and gradient bytes sent back); the last
             entry is 0.
         layers: layer names per stage.
         weight_grad_s: the weight-gradient part of ``backward_s`` (the ``W`` op of plans that
             split the backward; the ``B`` op takes the rest, :attr:`input_grad_s`). Empty when
             unknown: such costs run only plans that do not split the backward.
+        recompute_bytes: with activation recomputation, the activations the backward rebuilds
+            (what ``stash_bytes`` would be without it), held from the backward's start until the
+            stage's last pass of that micro-batch ends; empty without recomputation.
     """
 
     forward_s: tuple[float, ...]
@@ -36,6 +40,7 @@ class StageCosts:
     boundary_bytes: tuple[float, ...]
     layers: tuple[tuple[str, ...], ...] = ()
     weight_grad_s: tuple[float, ...] = ()
+    recompute_bytes: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.weight_grad_s and (len(self.weight_grad_s) != len(self.backward_s) or any(
@@ -69,13 +74,17 @@ class StageCosts:
 
 
 def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: float,
-                grad_bytes_per_param: float) -> StageCosts:
+                grad_bytes_per_param: float, recompute: bool = False) -> StageCosts:
     """Sum per-layer figures over the stages ``bounds[i]:bounds[i+1]``.
 
     The weight-gradient time of a stage is the summed duration of its layers' weight-gradient
     kernels (``Layer.backward_weight``: the GEMMs ``dW = X^T dY`` of the weight layers, the
     embedding's gradient scatter); the input-gradient kernels (``dX = dY W^T``, the gradients of
     activation-activation GEMMs and of elementwise layers) make the rest of the backward.
+
+    With ``recompute`` (``costs`` from :meth:`LayerCosts.recomputed`, whose backward reruns the
+    forward) a stage keeps only its input from forward to backward: the activation the previous
+    stage sent, none for the first stage, whose input batch is not counted either way.
     """
 
     def sums(values: np.ndarray) -> tuple[float, ...]:
@@ -83,13 +92,15 @@ def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: flo
 
     boundary = (*(float(costs.boundary_bytes[b - 1]) for b in bounds[1:-1]), 0.0)
     params = sums(costs.params.astype(float))
+    stash = sums(costs.stash_bytes)
     return StageCosts(
         forward_s=sums(costs.forward_s),
         backward_s=sums(costs.backward_s),
         state_bytes=tuple(p * bytes_per_param for p in params),
         grad_bytes=tuple(p * grad_bytes_per_param for p in params),
-        stash_bytes=sums(costs.stash_bytes),
+        stash_bytes=(0.0, *boundary[:-1]) if recompute else stash,
         boundary_bytes=boundary,
         layers=tuple(costs.names[a:b] for a, b in pairwise(bounds)),
         weight_grad_s=sums(costs.backward_weight_s),
+        recompute_bytes=stash if recompute else (),
     )

@@ -148,6 +148,9 @@ class PipelineTrainingWorkload(Workload):
         self.schedule = schedule_of(config)
         self.model = model_of(config)
         layer_costs = self.model.costs(context.cost_model, self.gpu)
+        recompute = config.recompute == "full"
+        if recompute:
+            layer_costs = layer_costs.recomputed()
         stages = self.schedule.stages(count)
         if config.partition == "even":
             cuts = [even_partition(len(layer_costs), stages)]
@@ -165,7 +168,8 @@ class PipelineTrainingWorkload(Workload):
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
         planned: list[tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]] = []
         for bounds in cuts:
-            costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element)
+            costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element,
+                                recompute)
             profile = self._profile(costs, route)
             try:
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
@@ -262,6 +266,7 @@ class PipelineTrainingWorkload(Workload):
                              for names in self.costs.layers],
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
+            "recompute": c.recompute,
         }
         if self.reduction is not None:
             result["gradient_all_reduces"] = self.reduction.all_reduces
