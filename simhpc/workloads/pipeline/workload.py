@@ -30,7 +30,7 @@ import numpy as np
 from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import GpuSpec
-from simhpc.models import ModelProfile, build_model, uniform_model
+from simhpc.models import LayerCosts, ModelProfile, build_model, uniform_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
@@ -151,19 +151,7 @@ class PipelineTrainingWorkload(Workload):
         recompute = config.recompute == "full"
         if recompute:
             layer_costs = layer_costs.recomputed()
-        stages = self.schedule.stages(count)
-        if config.partition == "even":
-            cuts = [even_partition(len(layer_costs), stages)]
-        elif config.partition == "parameters":
-            cuts = [balanced_partition(layer_costs.params.astype(float), stages)]
-        else:
-            objectives: list[tuple[np.ndarray | None, bool]] = [(None, False)]
-            if config.partition == "time_and_transfer":  # a cut's transfer added to its stage, or overlapping it
-                cut_costs = boundary_cut_costs(self.schedule.stage_maps(count), layer_costs.boundary_bytes, route)
-                objectives += [(cut_costs, False), (cut_costs, True)]
-            cuts = list(dict.fromkeys(partition(layer_costs.step_s, stages, cut_costs, overlap)
-                                      for cut_costs, overlap in objectives
-                                      for partition in (balanced_partition, smoothest_partition)))
+        cuts = self._cuts(layer_costs, count, route)
         element = 4 if config.dtype == "fp32" else 2
         ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
         planned: list[tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]] = []
@@ -200,6 +188,22 @@ class PipelineTrainingWorkload(Workload):
                              sender(group), overhead=config.stage_overhead, sync_replicas=config.sync_replicas,
                              gradient_sync=self.reduction.ready if self.reduction else None)
             for group in groups]
+
+    def _cuts(self, layer_costs: LayerCosts, devices: int, route: Route) -> list[tuple[int, ...]]:
+        """The cuts of ``partition`` for the schedule on ``devices`` GPUs; the workload runs the one
+        the schedule's estimate finds fastest."""
+        partition, stages = self.config.partition, self.schedule.stages(devices)
+        if partition == "even":
+            return [even_partition(len(layer_costs), stages)]
+        if partition == "parameters":
+            return [balanced_partition(layer_costs.params.astype(float), stages)]
+        objectives: list[tuple[np.ndarray | None, bool]] = [(None, False)]
+        if partition == "time_and_transfer":  # a cut's transfer added to its stage, or overlapping it
+            cut_costs = boundary_cut_costs(self.schedule.stage_maps(devices), layer_costs.boundary_bytes, route)
+            objectives += [(cut_costs, False), (cut_costs, True)]
+        return list(dict.fromkeys(cut(layer_costs.step_s, stages, cut_costs, overlap)
+                                  for cut_costs, overlap in objectives
+                                  for cut in (balanced_partition, smoothest_partition)))
 
     def _profile(self, costs: StageCosts, route: Route) -> StageProfile:
         """``costs`` as a schedule may plan with them: op times with the per-op overhead (the engine's),
