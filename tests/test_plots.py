@@ -1,0 +1,28 @@
+"""The figure scripts of plots/ run (on fewer points) and refuse bad input with exit status 2."""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_prt_gains_draws_its_two_panels(tmp_path: Path, monkeypatch) -> None:
+    module = runpy.run_path(str(ROOT / "plots" / "prt_gains.py"))
+    draw = module["draw"]
+    monkeypatch.setitem(draw.__globals__, "MODELS", {"ResNet-152": "pipeline_resnet152.yaml"})
+    monkeypatch.setitem(draw.__globals__, "REUSE", (1, 2))
+    output = tmp_path / "gains.png"
+    draw(output, ["network.mode=analytic"])
+    assert output.stat().st_size > 10_000
+
+
+def test_prt_gains_names_a_bad_override() -> None:
+    script = str(ROOT / "plots" / "prt_gains.py")
+    result = subprocess.run([sys.executable, script, "--set", "workload.micro_batches=abc", "-o", "/dev/null"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert "workload.micro_batches" in result.stderr and "Traceback" not in result.stderr
