@@ -329,6 +329,7 @@ def test_data_parallel_replicas_end_with_a_ring_all_reduce_of_the_last_stage_don
     all_reduce = (2 * (replicas - 1) / replicas * nbytes / topology.path_bandwidth(path)
                   + 2 * (replicas - 1) * topology.path_latency(path))
     assert workload["iteration_time_s"] == pytest.approx(0.180 + all_reduce, rel=1e-9)
+    assert workload["exposed_gradient_sync_s"] == pytest.approx(all_reduce, rel=1e-9)
     assert workload["devices"] == 8 * replicas and len(workload["peak_memory_bytes"]) == 8 * replicas
     assert workload["throughput_samples_per_second"] == pytest.approx(
         replicas * 8 * 8 / workload["iteration_time_s"])

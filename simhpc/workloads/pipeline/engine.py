@@ -105,6 +105,9 @@ class PipelineExecutor:
         """Per iteration, each device's compute-busy seconds."""
         self.transfer_waits: list[list[float]] = []
         """Per iteration, each device's seconds waiting for inputs in flight (their producer done)."""
+        self.sync_waits: list[float] = []
+        """Per iteration, seconds from the last op's end to the iteration's: the gradient exchange or
+        all-reduce left exposed."""
         self.transfers = 0
         self.transfer_bytes = 0.0
         self.iterations_done = 0
@@ -184,8 +187,10 @@ class PipelineExecutor:
             waits = [0.0] * self.plan.devices
             workers = [env.process(self._device(d, busy, waits)) for d in range(self.plan.devices)]
             yield env.all_of(workers)
+            ops_done = env.now
             if self._syncs:
                 yield env.all_of(self._syncs)
+            self.sync_waits.append(env.now - ops_done)
             self.iteration_times.append(env.now - start)
             self.busy.append(busy)
             self.transfer_waits.append(waits)

@@ -16,7 +16,8 @@ copies (:mod:`~simhpc.workloads.pipeline.replicas`).
 Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (devices x
 iteration time)``: the devices' idle share of the iteration) and the part of it spent waiting for
 activations and gradients in flight (``transfer_wait_fraction``: exposed point-to-point
-communication), per-device peak memory and its imbalance (max / min), stage costs and
+communication), the gradient exchange or all-reduce left after the last op
+(``exposed_gradient_sync_s``, where there is one), per-device peak memory and its imbalance (max / min), stage costs and
 point-to-point traffic.
 """
 
@@ -272,6 +273,9 @@ class PipelineTrainingWorkload(Workload):
             "stage_overhead_s": c.stage_overhead,
             "recompute": c.recompute,
         }
+        if self.reduction is not None or (self.plan.pipelines > 1 and c.sync_replicas):
+            syncs = [wait for executor in executors for wait in executor.sync_waits]
+            result["exposed_gradient_sync_s"] = sum(syncs) / len(syncs) if syncs else None
         if self.reduction is not None:
             result["gradient_all_reduces"] = self.reduction.all_reduces
             result["gradient_all_reduce_bytes"] = self.reduction.all_reduce_bytes
