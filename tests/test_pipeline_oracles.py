@@ -169,3 +169,45 @@ def test_engine_runs_off_grid_plans_at_their_closed_form_times(schedule, p: int,
     assert executor.bubble_fractions()[0] == pytest.approx(reference.bubble_fraction, abs=1e-9)
     if isinstance(schedule, (GPipe, OneFOneB, Interleaved)):
         assert executor.bubble_fractions()[0] == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-9)
+
+
+def run_with_latency(plan: PipelinePlan, costs: StageCosts, latency: float) -> PipelineExecutor:
+    """One iteration of ``plan`` whose transfers take ``latency`` each (no contention)."""
+    sim = Simulation(0)
+    devices = [Device(sim, f"gpu{d}", 1e15) for d in range(plan.devices)]
+    executor = PipelineExecutor(sim, plan, costs, devices, lambda src, dst, nbytes, label: sim.env.timeout(latency))
+    sim.process(executor.run(1))
+    sim.run()
+    return executor
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 12), m=st.integers(1, 24), forward=TIME, backward=TIME, latency=TIME)
+def test_gpipe_waits_for_one_transfer_per_device_and_direction(p: int, m: int, forward: float, backward: float,
+                                                                latency: float) -> None:
+    """GPipe with identical stages and transfers of ``latency``: each later micro-batch's input
+    arrives as the device finishes the previous one, so only the first forward and the first
+    backward of a device wait for bytes in flight: ``latency`` on the end devices, twice that
+    between, whatever p, m and the op times."""
+    executor = run_with_latency(GPIPE.plan(p, m), StageCosts.uniform(p, forward=forward, backward=backward), latency)
+    waits = executor.transfer_waits[0]
+    assert waits == pytest.approx([latency, *[2 * latency] * (p - 2), latency], abs=1e-9)
+    iteration = executor.iteration_times[0]
+    assert iteration == pytest.approx((m + p - 1) * (forward + backward) + 2 * (p - 1) * latency, rel=1e-12)
+    assert executor.transfer_wait_fractions()[0] == pytest.approx(2 * (p - 1) * latency / (p * iteration))
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.sampled_from([2, 4, 6]), m=st.integers(2, 12), latency=st.sampled_from([0.0, 0.1, 0.5, 2.0]),
+       schedule=st.sampled_from([ONE_F_ONE_B, ZB, CHIMERA, Interleaved(Interleaved.Params(kind="interleaved", v=2)),
+                                 Prt(Prt.Params(kind="prt", k=2, direction="bi"))]))
+def test_transfer_waits_fit_in_the_idle_time(p: int, m: int, latency: float, schedule) -> None:
+    """Busy time and transfer waits never exceed a device's iteration, and free transfers leave no
+    wait."""
+    plan = schedule.plan(p, m)
+    executor = run_with_latency(plan, StageCosts.uniform(plan.stages, forward=0.5, backward=1.0), latency)
+    iteration = executor.iteration_times[0]
+    for busy, wait in zip(executor.busy[0], executor.transfer_waits[0]):
+        assert wait >= 0.0 and busy + wait <= iteration * (1 + 1e-12)
+    if latency == 0.0:
+        assert executor.transfer_waits[0] == [0.0] * p
