@@ -6,9 +6,9 @@ costs plus, optionally, the cost of the cut that ends it (``cut_costs[i]``: ship
 activation after layer ``i`` forward and its gradient back, as if the send blocked the device);
 without cut costs it is torchgpipe's balance-by-time. With ``overlap`` a stage costs the larger of
 its layers' sum and its cut, PipeDream's objective: sends overlap compute, so a boundary's link is
-a pipeline resource of its own. Where the boundaries join different pairs of devices (a pipeline across
-nodes, a V-shaped map's turns on one device), ``cut_costs`` is a matrix: row ``b`` prices the cut
-after each layer as boundary ``b`` (between stages ``b`` and ``b + 1``).
+a pipeline resource of its own. Where the boundaries join different pairs of devices (a pipeline
+across nodes, a V-shaped map's turns on one device), ``cut_costs`` is a matrix: row ``b`` prices
+the cut after each layer as boundary ``b`` (between stages ``b`` and ``b + 1``).
 """
 
 from __future__ import annotations

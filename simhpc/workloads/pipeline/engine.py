@@ -218,11 +218,14 @@ class PipelineExecutor:
                 asked = env.now
                 yield self._arrival(op)
                 waits[d] += env.now - max(asked, self._produced.pop(op))
-            needed = stash[s] if kind == FORWARD else rebuilt[s] if rebuilt and kind == BACKWARD else None
-            if needed is not None:
-                what = "activations of" if kind == FORWARD else "activations recomputed by"
+            held = None  # the activations this op allocates: a forward's stash, a recomputing backward's rebuild
+            if kind == FORWARD:
+                held = stash[s], "activations of"
+            elif kind == BACKWARD and rebuilt:
+                held = rebuilt[s], "activations recomputed by"
+            if held is not None:
                 try:
-                    memory.allocate(needed, f"{what} {labels[op]} (iteration {iteration})")
+                    memory.allocate(held[0], f"{held[1]} {labels[op]} (iteration {iteration})")
                 except SimulatedOOM as oom:
                     self._abort(oom)
                     return
