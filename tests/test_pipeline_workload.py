@@ -143,6 +143,21 @@ def test_recomputation_trades_a_forward_for_the_activations():
     assert tight["status"] == "oom" and tight["error"]["what"].startswith("activations recomputed by B")
 
 
+def test_auto_recomputation_fits_the_devices_with_the_fewest_stages():
+    """ResNet-152 under 1F1B needs 20 GiB on its first GPU: on 12 GiB GPUs it runs out of memory,
+    with every stage recomputing it runs at 412 samples/s, and with ``recompute: auto`` only the
+    first stage recomputes, so it fits at 539 (analytic network)."""
+    tight = ("workload.memory_capacity=12 GiB",)
+    assert run("pipeline_resnet152.yaml", "{kind: 1f1b}", tight)["status"] == "oom"
+    full = run("pipeline_resnet152.yaml", "{kind: 1f1b}", (*tight, "workload.recompute=full"))["workload"]
+    auto = run("pipeline_resnet152.yaml", "{kind: 1f1b}", (*tight, "workload.recompute=auto"))["workload"]
+    assert auto["recomputed_stages"] == [0] and full["recomputed_stages"] == list(range(8))
+    assert auto["max_peak_memory_bytes"] <= 12 * 2**30
+    assert auto["throughput_samples_per_second"] > 1.2 * full["throughput_samples_per_second"]
+    roomy = run("pipeline_resnet152.yaml", "{kind: 1f1b}", ("workload.recompute=auto",))["workload"]
+    assert roomy["recomputed_stages"] == []
+
+
 def test_summary_reports_throughput_bubble_and_memory():
     workload = run("pipeline_bert_large.yaml", "{kind: prt, k: 2, direction: bi}")["workload"]
     assert workload["stages"] == 16 and workload["pipelines"] == 2

@@ -121,11 +121,12 @@ class PipelineTrainingConfig(Strict):
     the stage or overlapping it (PipeDream's objective), the fastest by the dry run; equal layer
     counts; or minimise the largest stage's parameter count (DeepSpeed's default
     ``partition_method``)."""
-    recompute: Literal["none", "full"] = "none"
+    recompute: Literal["none", "full", "auto"] = "none"
     """Activation recomputation (GPipe's re-materialisation, Megatron's full checkpointing): with
     ``full`` a stage keeps only its input from forward to backward, and its backward first reruns
     its forward to rebuild the rest (a forward's time more, that stage's activations for the
-    backward's length)."""
+    backward's length); ``auto``, only the stages that must, one at a time until every device fits
+    its memory (:mod:`~simhpc.workloads.pipeline.recompute`)."""
     optimizer: Literal["adam", "sgd", "none"] = "adam"
     """Optimizer state kept per parameter (memory only)."""
     memory_capacity: PositiveSize | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -27,9 +28,10 @@ class StageCosts:
         weight_grad_s: the weight-gradient part of ``backward_s`` (the ``W`` op of plans that
             split the backward; the ``B`` op takes the rest, :attr:`input_grad_s`). Empty when
             unknown: such costs run only plans that do not split the backward.
-        recompute_bytes: with activation recomputation, the activations the backward rebuilds
-            (what ``stash_bytes`` would be without it), held from the backward's start until the
-            stage's last pass of that micro-batch ends; empty without recomputation.
+        recompute_bytes: with activation recomputation, the activations each stage's backward
+            rebuilds (what its ``stash_bytes`` would be without it; 0 for a stage that does not
+            recompute), held from the backward's start until the stage's last pass of that
+            micro-batch ends; empty where no stage recomputes.
     """
 
     forward_s: tuple[float, ...]
@@ -74,7 +76,7 @@ class StageCosts:
 
 
 def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: float,
-                grad_bytes_per_param: float, recompute: bool = False) -> StageCosts:
+                grad_bytes_per_param: float, recompute: bool | Sequence[bool] = False) -> StageCosts:
     """Sum per-layer figures over the stages ``bounds[i]:bounds[i+1]``.
 
     The weight-gradient time of a stage is the summed duration of its layers' weight-gradient
@@ -82,9 +84,9 @@ def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: flo
     embedding's gradient scatter); the input-gradient kernels (``dX = dY W^T``, the gradients of
     activation-activation GEMMs and of elementwise layers) make the rest of the backward.
 
-    With ``recompute`` (``costs`` from :meth:`LayerCosts.recomputed`, whose backward reruns the
-    forward) a stage keeps only its input from forward to backward: the activation the previous
-    stage sent, none for the first stage, whose input batch is not counted either way.
+    A stage that recomputes (``recompute``: every stage, or a flag per stage) keeps only its input
+    from forward to backward (the activation the previous stage sent; none for the first stage,
+    whose input batch is not counted either way), and its backward first reruns its forward.
     """
 
     def sums(values: np.ndarray) -> tuple[float, ...]:
@@ -92,15 +94,18 @@ def stage_costs(costs: LayerCosts, bounds: tuple[int, ...], bytes_per_param: flo
 
     boundary = (*(float(costs.boundary_bytes[b - 1]) for b in bounds[1:-1]), 0.0)
     params = sums(costs.params.astype(float))
-    stash = sums(costs.stash_bytes)
+    forward, stash, inputs = sums(costs.forward_s), sums(costs.stash_bytes), (0.0, *boundary[:-1])
+    flags = [recompute] * len(forward) if isinstance(recompute, bool) else list(recompute)
+    if len(flags) != len(forward):
+        raise ValueError(f"recompute: {len(flags)} flags for {len(forward)} stages")
     return StageCosts(
-        forward_s=sums(costs.forward_s),
-        backward_s=sums(costs.backward_s),
+        forward_s=forward,
+        backward_s=tuple(b + f if again else b for b, f, again in zip(sums(costs.backward_s), forward, flags)),
         state_bytes=tuple(p * bytes_per_param for p in params),
         grad_bytes=tuple(p * grad_bytes_per_param for p in params),
-        stash_bytes=(0.0, *boundary[:-1]) if recompute else stash,
+        stash_bytes=tuple(i if again else x for i, x, again in zip(inputs, stash, flags)),
         boundary_bytes=boundary,
         layers=tuple(costs.names[a:b] for a, b in pairwise(bounds)),
         weight_grad_s=sums(costs.backward_weight_s),
-        recompute_bytes=stash if recompute else (),
+        recompute_bytes=tuple(x if again else 0.0 for x, again in zip(stash, flags)) if any(flags) else (),
     )

@@ -17,7 +17,8 @@ Summary: throughput (samples/s), iteration time, bubble fraction (``1 - busy / (
 iteration time)``: the devices' idle share of the iteration) and the part of it spent waiting for
 activations and gradients in flight (``transfer_wait_fraction``: exposed point-to-point
 communication), the gradient exchange or all-reduce left after the last op
-(``exposed_gradient_sync_s``, where there is one), per-device peak memory and its imbalance (max / min), stage costs and
+(``exposed_gradient_sync_s``, where there is one), the stages that recompute their activations
+(``recomputed_stages``), per-device peak memory and its imbalance (max / min), stage costs and
 point-to-point traffic.
 """
 
@@ -42,6 +43,7 @@ from simhpc.units import format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, UniformModel, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
+from simhpc.workloads.pipeline.recompute import fit_memory
 from simhpc.workloads.pipeline.replicas import ReplicaReduction
 from simhpc.workloads.pipeline.stages import StageCosts, stage_costs
 
@@ -61,6 +63,10 @@ def model_of(config: PipelineTrainingConfig) -> ModelProfile:
                              stash_bytes=model.stash, boundary_bytes=model.boundary)
     return build_model(model, config.micro_batch_size, seq_len=config.seq_len,
                        image_size=config.image_size, dtype=config.dtype)
+
+
+_Planned = tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]
+"""A cut planned: the estimated iteration, the cut, its stage costs and profile, the plan."""
 
 
 def boundary_cut_costs(maps: tuple[tuple[int, ...], ...], boundary_bytes: np.ndarray, route: Route) -> np.ndarray:
@@ -149,26 +155,33 @@ class PipelineTrainingWorkload(Workload):
         self.schedule = schedule_of(config)
         self.model = model_of(config)
         layer_costs = self.model.costs(context.cost_model, self.gpu)
-        recompute = config.recompute == "full"
-        if recompute:
-            layer_costs = layer_costs.recomputed()
-        cuts = self._cuts(layer_costs, count, route)
-        element = 4 if config.dtype == "fp32" else 2
-        ratio = float(layer_costs.backward_s.sum() / layer_costs.forward_s.sum())
-        planned: list[tuple[float, tuple[int, ...], StageCosts, StageProfile, PipelinePlan]] = []
-        for bounds in cuts:
-            costs = stage_costs(layer_costs, bounds, bytes_per_param(config.dtype, config.optimizer), element,
-                                recompute)
+        everywhere = config.recompute == "full"
+        timed = layer_costs.recomputed() if everywhere else layer_costs  # what the cut balances
+        cuts = self._cuts(timed, count, route)
+        ratio = float(timed.backward_s.sum() / timed.forward_s.sum())  # for the unit-cost dry runs
+        costs_of = functools.partial(stage_costs, layer_costs, bytes_per_param=bytes_per_param(
+            config.dtype, config.optimizer), grad_bytes_per_param=4 if config.dtype == "fp32" else 2)
+
+        def plan_cut(bounds: tuple[int, ...], recompute: bool | tuple[bool, ...]) -> _Planned:
+            costs = costs_of(bounds, recompute=recompute)
             profile = self._profile(costs, route)
             try:
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
             except ScheduleStall as error:
                 raise InvalidReference("schedule", str(error)) from None
-            estimate = plan_timing(plan, profile.op_seconds(plan), profile.delay).makespan
-            planned.append((estimate, bounds, costs, profile, plan))
+            return plan_timing(plan, profile.op_seconds(plan), profile.delay).makespan, bounds, costs, profile, plan
+
         # the cut the schedule's own estimate runs fastest (the first on a tie)
-        _, self.bounds, self.costs, self.profile, self.plan = min(planned, key=lambda entry: entry[0])
+        chosen = min((plan_cut(bounds, everywhere) for bounds in cuts), key=lambda entry: entry[0])
+        _, self.bounds, self.costs, self.profile, self.plan = chosen
         capacity = config.memory_capacity or self.gpu.memory_capacity
+        self.recomputed = (everywhere,) * self.costs.stages
+        if config.recompute == "auto":  # more stages recompute until the plan fits; each round replans
+            costs_with = functools.partial(costs_of, self.bounds)
+            while (more := fit_memory(self.plan, lambda flags: costs_with(recompute=flags), capacity,
+                                      self.recomputed)) != self.recomputed:
+                self.recomputed = more
+                _, _, self.costs, self.profile, self.plan = plan_cut(self.bounds, more)
         self.devices = [Device(self.sim, name, capacity) for name in self.device_names]
         device_of = dict(zip(self.device_names, self.devices))
         self.reduction = None
@@ -272,6 +285,7 @@ class PipelineTrainingWorkload(Workload):
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
             "recompute": c.recompute,
+            "recomputed_stages": [s for s, again in enumerate(self.recomputed) if again],
         }
         if self.reduction is not None or (self.plan.pipelines > 1 and c.sync_replicas):
             syncs = [wait for executor in executors for wait in executor.sync_waits]
