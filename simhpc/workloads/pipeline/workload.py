@@ -177,9 +177,9 @@ class PipelineTrainingWorkload(Workload):
         capacity = config.memory_capacity or self.gpu.memory_capacity
         self.recomputed = (everywhere,) * self.costs.stages
         if config.recompute == "auto":  # more stages recompute until the plan fits; each round replans
-            costs_with = functools.partial(costs_of, self.bounds)
-            while (more := fit_memory(self.plan, lambda flags: costs_with(recompute=flags), capacity,
-                                      self.recomputed)) != self.recomputed:
+            def costs_with(flags: tuple[bool, ...]) -> StageCosts:
+                return costs_of(self.bounds, recompute=flags)
+            while (more := fit_memory(self.plan, costs_with, capacity, self.recomputed)) != self.recomputed:
                 self.recomputed = more
                 _, _, self.costs, self.profile, self.plan = plan_cut(self.bounds, more)
         self.devices = [Device(self.sim, name, capacity) for name in self.device_names]
