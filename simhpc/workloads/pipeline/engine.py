@@ -205,8 +205,8 @@ class PipelineExecutor:
     def _device(self, d: int, busy: list[float], waits: list[float]) -> Generator[Any, Any, None]:
         stream = self.streams[d]
         memory = self.devices[d].memory
-        stash = self.costs.stash_bytes
-        rebuilt = self.costs.recompute_bytes
+        costs = self.costs
+        rebuilt = bool(costs.recompute_bytes)
         remote = self._remote
         labels = self._labels
         iteration = self._iteration
@@ -218,14 +218,10 @@ class PipelineExecutor:
                 asked = env.now
                 yield self._arrival(op)
                 waits[d] += env.now - max(asked, self._produced.pop(op))
-            held = None  # the activations this op allocates: a forward's stash, a recomputing backward's rebuild
-            if kind == FORWARD:
-                held = stash[s], "activations of"
-            elif kind == BACKWARD and rebuilt:
-                held = rebuilt[s], "activations recomputed by"
-            if held is not None:
+            if kind == FORWARD or (kind == BACKWARD and rebuilt):
+                what = "activations of" if kind == FORWARD else "activations recomputed by"
                 try:
-                    memory.allocate(held[0], f"{held[1]} {labels[op]} (iteration {iteration})")
+                    memory.allocate(costs.allocated_by(kind, s), f"{what} {labels[op]} (iteration {iteration})")
                 except SimulatedOOM as oom:
                     self._abort(oom)
                     return
@@ -237,7 +233,7 @@ class PipelineExecutor:
             if remote[op]:
                 self._draw_arrow(op, stream.track)
             if kind == last_pass:
-                memory.free(stash[s] + (rebuilt[s] if rebuilt else 0.0))
+                memory.free(costs.released(s))
                 self._count_backward(op, d)
             if kind != WEIGHT:
                 self._deliver(op, d)

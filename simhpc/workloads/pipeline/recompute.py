@@ -11,23 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, PipelinePlan
+from simhpc.policies.pipeline.plan import BACKWARD, WEIGHT, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
 
 
 def peak_memory(plan: PipelinePlan, costs: StageCosts) -> list[float]:
     """Each device's peak bytes running ``plan`` with ``costs``, as the engine counts them."""
     last_pass = WEIGHT if plan.split_backward else BACKWARD
-    rebuilt = costs.recompute_bytes or (0.0,) * costs.stages
     peaks = []
     for device, ops in enumerate(plan.ops):
         held = sum(costs.state_bytes[s] for _, s in plan.hosted_stages(device))
         peak = held
         for kind, _, s in ops:
-            held += costs.stash_bytes[s] if kind == FORWARD else rebuilt[s] if kind == BACKWARD else 0.0
+            held += costs.allocated_by(kind, s)
             peak = max(peak, held)
             if kind == last_pass:
-                held -= costs.stash_bytes[s] + rebuilt[s]
+                held -= costs.released(s)
         peaks.append(peak)
     return peaks
 

@@ -9,6 +9,7 @@ from itertools import pairwise
 import numpy as np
 
 from simhpc.models import LayerCosts
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,17 @@ class StageCosts:
     @property
     def stages(self) -> int:
         return len(self.forward_s)
+
+    def allocated_by(self, kind: str, stage: int) -> float:
+        """Activation bytes an op allocates when it starts: a forward its stash, a recomputing
+        backward the activations it rebuilds, any other op nothing."""
+        if kind == FORWARD:
+            return self.stash_bytes[stage]
+        return self.recompute_bytes[stage] if kind == BACKWARD and self.recompute_bytes else 0.0
+
+    def released(self, stage: int) -> float:
+        """Activation bytes the stage's last pass of a micro-batch frees: its stash and any rebuild."""
+        return self.stash_bytes[stage] + (self.recompute_bytes[stage] if self.recompute_bytes else 0.0)
 
     @property
     def input_grad_s(self) -> tuple[float, ...]:
