@@ -2277,12 +2277,15 @@ def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> Non
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_microbench_recurrent_layer_times_are_milliseconds() -> None:
     """oneDNN's LSTM layer, forward and backward, on the smallest point: neither a clock error
-    (a microsecond) nor a broken loop (a second); its backward does about twice its work."""
+    (a microsecond) nor a broken loop (a second); its backward does about twice its work. Each is
+    taken as the fastest of three measurements: one quick measurement on the shared 2-core host has
+    put the backward under the forward (0.42 against 0.44 ms)."""
     from simhpc.costs.benchsuite import load_submodule
 
     recurrent, timing = load_submodule("recurrent"), load_submodule("timing")
     shape = recurrent.shapes(quick=True)[0]
-    rows = [recurrent.measure_recurrent(*shape, backward, 1, timing.QUICK) for backward in (False, True)]
+    rows = [min((recurrent.measure_recurrent(*shape, backward, 1, timing.QUICK) for _ in range(3)),
+                key=lambda row: row["time_s"]) for backward in (False, True)]
     assert [row["backward"] for row in rows] == [False, True] and rows[0]["length"] == shape[0]
     assert all(1e-5 < row["time_s"] < 1.0 for row in rows)
     assert rows[1]["time_s"] > rows[0]["time_s"]
