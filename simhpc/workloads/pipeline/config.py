@@ -113,6 +113,10 @@ class PipelineTrainingConfig(Strict):
     stage_overhead: Time = 0.0
     """Fixed cost of every op (one stage, one micro-batch, one pass): kernel-launch gaps,
     framework scheduling and synchronisation, beyond the cost model's per-kernel launch."""
+    op_time_variation: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 0.0
+    """Coefficient of variation of every op's time (at most 2): each op, every time it runs, takes its
+    time (then the median) times an independent lognormal factor drawn from the scenario's seed, as
+    ops vary on a shared or noisy machine; 0 runs every op in exactly its time."""
     partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
     """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's balance by
     time; of two such cuts, the min-max search's and the most even one, the one the schedule's

@@ -29,6 +29,13 @@ activations only ``B`` reads are not freed earlier, and the output gradients ``B
 ``W`` are not counted. Exceeding the device raises
 :class:`~simhpc.errors.SimulatedOOM` naming the device and the op.
 
+Variable op times: with ``variation`` (a coefficient of variation) every op takes its time times
+an independent factor drawn from a lognormal distribution of median 1 and that coefficient (each
+device its own seeded stream, so runs are reproducible), as ops on a real machine vary from one
+call to the next. The plan's time is then the median op's; busy time counts what each op took.
+An op delayed on one device delays every op that waits for it, so a tightly coupled schedule
+loses more than its ops' mean slow-down.
+
 Bidirectional plans hold two copies of each stage; with ``sync_replicas`` each copy sends its
 gradients to the other after its last backward (or ``W``) of the iteration (an all-reduce of
 two), and the iteration ends when those arrive. A ``gradient_sync`` callback replaces that
@@ -38,6 +45,7 @@ run its last pass and returns the event its gradients' reduction fires, which th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -72,6 +80,8 @@ class PipelineExecutor:
         overhead: fixed seconds added to every op (per-stage scheduling/launch cost).
         sync_replicas: exchange the gradients of the two copies of a stage (bidirectional).
         gradient_sync: reduces each stage's gradients instead (replicas of the pipeline elsewhere).
+        variation: coefficient of variation of every op's time (0: each op takes its time exactly).
+        stream: the name of this executor's random streams (one per device, ``<stream>.d<index>``).
     """
 
     def __init__(
@@ -84,6 +94,8 @@ class PipelineExecutor:
         overhead: float = 0.0,
         sync_replicas: bool = True,
         gradient_sync: GradientSync | None = None,
+        variation: float = 0.0,
+        stream: str = "pipeline.op_times",
     ) -> None:
         if costs.stages != plan.stages:
             raise ValueError(f"{costs.stages} stage costs for a plan of {plan.stages} stages")
@@ -116,6 +128,9 @@ class PipelineExecutor:
         if plan.split_backward:
             self._duration[BACKWARD] = [b + overhead for b in costs.input_grad_s]
             self._duration[WEIGHT] = [w + overhead for w in costs.weight_grad_s]
+        self._sigma = math.sqrt(math.log1p(variation * variation))
+        """Standard deviation of the log of an op's time factor (lognormal of median 1, CV ``variation``)."""
+        self._rngs = [sim.rng(f"{stream}.d{d}") for d in range(plan.devices)] if variation > 0 else []
         self._last_pass = WEIGHT if plan.split_backward else BACKWARD
         """The pass that ends a micro-batch on a stage: frees its stash, completes its gradients."""
         self._labels = {op: op.label() for ops in plan.ops for op in ops}
@@ -226,6 +241,8 @@ class PipelineExecutor:
                     self._abort(oom)
                     return
             duration = self._duration[kind][s]
+            if self._rngs:
+                duration *= math.exp(self._sigma * float(self._rngs[d].standard_normal()))
             args = {"micro_batch": j, "stage": s, "pipeline": self.plan.micro_batch_pipeline[j],
                     "iteration": iteration}
             yield from stream.run(labels[op], duration, CATEGORY[kind], args)

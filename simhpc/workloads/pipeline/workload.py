@@ -200,8 +200,9 @@ class PipelineTrainingWorkload(Workload):
         self.executors = [
             PipelineExecutor(self.sim, self.plan, self.costs, [device_of[name] for name in group],
                              sender(group), overhead=config.stage_overhead, sync_replicas=config.sync_replicas,
-                             gradient_sync=self.reduction.ready if self.reduction else None)
-            for group in groups]
+                             gradient_sync=self.reduction.ready if self.reduction else None,
+                             variation=config.op_time_variation, stream=f"pipeline.op_times.r{replica}")
+            for replica, group in enumerate(groups)]
 
     def _cuts(self, layer_costs: LayerCosts, devices: int, route: Route) -> list[tuple[int, ...]]:
         """The cuts of ``partition`` for the schedule on ``devices`` GPUs; the workload runs the one
@@ -284,6 +285,7 @@ class PipelineTrainingWorkload(Workload):
                              for names in self.costs.layers],
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
+            "op_time_variation": c.op_time_variation,
             "recompute": c.recompute,
             "recomputed_stages": [s for s, again in enumerate(self.recomputed) if again],
         }
