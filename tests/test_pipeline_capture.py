@@ -1,0 +1,112 @@
+"""The simulator against pipelines measured on a CPU (``validation/traces/pipeline_capture.py``).
+
+The committed capture ran simhpc's plans (GPipe, 1F1B, interleaved, PRT round-robin at k = 2 and
+4, V-shaped PRT; m = 2, 4, 8) on two pinned processes of a 2-core AMD EPYC Zen 3 guest. Each is
+simulated here, op for op, with the figures the capture measured: per-layer op times and a per-op
+cost (a line through the runs' median op times), the shared-memory link's latency and bandwidth,
+and the op times' spread. The measured iteration is the median of 9 rounds on a noisy host.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+from functools import cache
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simhpc.runner import simulate
+from simhpc.scenario.loader import load_scenario
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "validation" / "traces" / "pipeline_capture.py"
+CAPTURE = ROOT / "validation" / "traces" / "pipeline_captures" / "epyc-zen3.json.gz"
+
+
+@cache
+def script() -> Any:
+    spec = importlib.util.spec_from_file_location("pipeline_capture", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def rows() -> tuple[dict[str, Any], ...]:
+    return tuple(script().compare(script().read_capture(CAPTURE)))
+
+
+def row(kind: str, m: int, **params: Any) -> dict[str, Any]:
+    return next(r for r in rows() if r["schedule"] == {"kind": kind, **params} and r["micro_batches"] == m)
+
+
+def test_the_capture_holds_every_plan_it_ran() -> None:
+    capture = script().read_capture(CAPTURE)
+    assert len(capture["runs"]) == len(script().SCHEDULES) * 3
+    for run in capture["runs"]:
+        assert len(run["iterations"]) == capture["setup"]["iterations"] == 9
+        for iteration in run["iterations"]:
+            labels = [[label for label, _, _ in record] for record in iteration]
+            assert labels == run["plan"]["ops"]  # each device ran its op list, in order
+            for record in iteration:
+                assert all(end > start for _, start, end in record)
+                assert all(later[1] >= earlier[2] for earlier, later in pairwise(record))
+
+
+def test_every_simulated_iteration_is_within_10_percent_of_the_measured_one() -> None:
+    errors = {(script().schedule_name(r["schedule"]), r["micro_batches"]): r["varied_s"] / r["measured_s"] - 1
+              for r in rows()}
+    assert all(abs(error) < 0.10 for error in errors.values()), errors
+    assert abs(statistics.median(errors.values())) < 0.03
+
+
+def test_the_simulated_bubbles_are_the_measured_ones() -> None:
+    for r in rows():
+        assert r["simulated_bubble"] == pytest.approx(r["measured_bubble"], abs=0.025)
+
+
+def test_deeper_pipelines_gain_as_measured() -> None:
+    """PRT's gain over 1F1B peaks at m = p and falls as m grows, measured and simulated; at m = p = 2
+    the deeper pipeline (k = 4) gains more than k = 2, as it did on the machine."""
+    for gain in ("measured_gain", "simulated_gain"):
+        for k in (2, 4):
+            assert row("prt", 2, k=k)[gain] > row("prt", 4, k=k)[gain] > 0
+        assert row("prt", 2, k=4)[gain] > row("prt", 2, k=2)[gain] > 0.1
+    for r in rows():
+        assert r["simulated_gain"] == pytest.approx(r["measured_gain"], abs=0.07)
+
+
+def test_varying_op_times_slow_the_simulation_toward_the_measurement() -> None:
+    assert 0.05 < script().op_time_variation(script().read_capture(CAPTURE)) < 0.2
+    slower = [r["varied_s"] >= r["simulated_s"] for r in rows()]
+    assert sum(slower) >= len(slower) - 2
+    assert statistics.median(abs(r["varied_s"] / r["measured_s"] - 1) for r in rows()) <= statistics.median(
+        abs(r["simulated_s"] / r["measured_s"] - 1) for r in rows())
+
+
+def test_export_writes_a_measured_trace_and_its_scenario(tmp_path: Path) -> None:
+    script().export(script().read_capture(CAPTURE), tmp_path)
+    assert len(list(tmp_path.glob("*.measured.json"))) == len(list(tmp_path.glob("*.yaml"))) == len(rows())
+    events = json.loads((tmp_path / "1f1b_m2.measured.json").read_text())["traceEvents"]
+    assert {event["tid"] for event in events} == {"device 0", "device 1"} and len(events) == 2 * 2 * 2
+    summary = simulate(load_scenario(tmp_path / "1f1b_m2.yaml")).summary["workload"]
+    assert summary["iteration_time_s"] == pytest.approx(row("1f1b", 2)["simulated_s"])
+
+
+def test_the_harness_runs_plans_on_two_processes_and_reports(capsys) -> None:
+    """A small capture end to end (no timing asserted: the suite may share the cores)."""
+    pytest.importorskip("torch")
+    setup = script().Setup(hidden=64, batch=4, layers=4, micro_batches=(2,), iterations=2)
+    capture = script().measure(setup, ({"kind": "1f1b"}, {"kind": "prt", "k": 2}))
+    assert [run["stages"] for run in capture["runs"]] == [2, 4]
+    for run in capture["runs"]:
+        assert [[label for label, _, _ in record] for record in run["iterations"][0]] == run["plan"]["ops"]
+    assert set(capture["one_way_s"]) == {str(size) for size in setup.message_sizes}
+    script().report(capture)
+    assert "prt k=2" in capsys.readouterr().out
