@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
+from simhpc.runner import RunResult, simulate
 
 HERE = Path(__file__).resolve().parent
 DEVICES = 2
@@ -436,15 +437,13 @@ def scenario_for(capture: dict[str, Any], schedule: dict[str, Any], micro_batche
 
 
 def simulate_run(capture: dict[str, Any], schedule: dict[str, Any], micro_batches: int,
-                 variation: float = 0.0, iterations: int = 1) -> tuple[PipelinePlan, dict[str, Any]]:
-    """Simulate one run of ``capture``: the plan simhpc made and the workload summary."""
-    from simhpc.runner import simulate
+                 variation: float = 0.0, iterations: int = 1) -> RunResult:
+    """Simulate one run of ``capture`` (its plan: ``result.workload.plan``; its trace: ``result.sim.trace``)."""
     from simhpc.scenario.loader import scenario_from_dict
 
     source = "pipeline_capture"
     data = scenario_for(capture, schedule, micro_batches, variation, iterations)
-    result = simulate(scenario_from_dict(data, source), source)
-    return result.workload.plan, result.summary["workload"]  # type: ignore[attr-defined]
+    return simulate(scenario_from_dict(data, source), source)
 
 
 def written_out(plan: PipelinePlan) -> dict[str, Any]:
@@ -469,7 +468,8 @@ def measure(setup: Setup, schedules: Sequence[dict[str, Any]] = SCHEDULES) -> di
         "one_way_s": _one_way_seconds(first),
     }
     runs = [{"schedule": schedule, "micro_batches": m} for m in setup.micro_batches for schedule in schedules]
-    plans = [simulate_run(capture, run["schedule"], run["micro_batches"])[0] for run in runs]
+    plans = [simulate_run(capture, run["schedule"], run["micro_batches"]).workload.plan  # type: ignore[attr-defined]
+             for run in runs]
     outs = _on_workers(setup, plans)
     capture["one_way_s"] = _one_way_seconds(outs)
     for index, (run, plan) in enumerate(zip(runs, plans)):
@@ -503,10 +503,11 @@ def compare(capture: dict[str, Any]) -> list[dict[str, Any]]:
     variation = op_time_variation(capture)
     rows = []
     for run in capture["runs"]:
-        plan, summary = simulate_run(capture, run["plan"], run["micro_batches"])
-        _, varied = simulate_run(capture, run["plan"], run["micro_batches"], variation, SIMULATED_ITERATIONS)
+        summary = simulate_run(capture, run["plan"], run["micro_batches"]).summary["workload"]
+        varied = simulate_run(capture, run["plan"], run["micro_batches"], variation,
+                              SIMULATED_ITERATIONS).summary["workload"]
         rounds = [measured_iteration(iteration) for iteration in run["iterations"]]
-        rows.append({"schedule": run["schedule"], "micro_batches": run["micro_batches"], "stages": plan.stages,
+        rows.append({"schedule": run["schedule"], "micro_batches": run["micro_batches"], "stages": run["stages"],
                      "rounds": [makespan for makespan, _ in rounds],
                      "measured_s": statistics.median(makespan for makespan, _ in rounds),
                      "measured_bubble": statistics.median(bubble for _, bubble in rounds),
