@@ -99,3 +99,20 @@ def test_a_bad_variation_is_an_input_error(tmp_path, value: str) -> None:
     assert result.exit_code == 2, result.output
     assert "workload.op_time_variation" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_deeper_pipeline_loses_more_of_its_gain_as_op_times_vary() -> None:
+    """PRT's gain over 1F1B (p = m = 8, identical stages, free transfers) falls as op times vary,
+    and k = 4 loses more of it than k = 2: one more reason depth cannot grow for ever on a noisy
+    machine (at coefficients 0 / 0.2 / 0.4: +53.8 / +46.2 / +41.0 % at k = 4, +30.4 / +27.7 / +25.8 % at k = 2)."""
+    prt = {k: Prt(Prt.Params(kind="prt", k=k)) for k in (2, 4)}
+
+    def gain(schedule, variation: float) -> float:
+        base, _ = run(ONE_F_ONE_B, 8, 8, variation, iterations=200)
+        deep, _ = run(schedule, 8, 8, variation, iterations=200)
+        return statistics.fmean(base.iteration_times) / statistics.fmean(deep.iteration_times) - 1
+
+    gains = {k: [gain(schedule, variation) for variation in (0.0, 0.2, 0.4)] for k, schedule in prt.items()}
+    assert gains[4][0] == pytest.approx(15 / (8 + 7 / 4) - 1)
+    assert gains[4][0] > gains[4][1] > gains[4][2]
+    assert gains[4][0] - gains[4][2] > gains[2][0] - gains[2][2] > 0

@@ -161,6 +161,9 @@ def trends(models: tuple[str, ...], quick: bool) -> None:
         cases.append((f"overhead {overhead}", (f"workload.stage_overhead={overhead}",), None))
     for latency in ("20 us",) if quick else ("20 us", "100 us"):
         cases.append((f"hop latency {latency}", (), {"latency": latency}))
+    for variation in (0.2,) if quick else (0.1, 0.3):  # mean throughput over 10 iterations
+        cases.append((f"op times vary {variation}", (f"workload.op_time_variation={variation}",
+                                                     "workload.iterations=10"), None))
     print(f"{'model':<11} {'condition':<20} {'uni gain':>9} {'bi gain':>9}")
     for model in models:
         for label, overrides, link in cases:
