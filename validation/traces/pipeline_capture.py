@@ -308,7 +308,6 @@ def _on_workers(setup: Setup, plans: list[PipelinePlan] | None) -> dict[int, dic
     """Start the two pinned processes on one task; return each rank's results."""
     import torch.multiprocessing
 
-    os.environ.update(QUIET_MALLOC)  # read by the workers' C library when they start
     if str(HERE) not in sys.path:  # the workers take this path, and import this module by name
         sys.path.append(str(HERE))  # when a test, not the script, starts them
     context = torch.multiprocessing.get_context("spawn")
@@ -318,8 +317,17 @@ def _on_workers(setup: Setup, plans: list[PipelinePlan] | None) -> dict[int, dic
     mail = Mailboxes(slots, (setup.batch, setup.hidden))
     workers = [context.Process(target=_worker, args=(rank, setup, plans, mail, barrier, results))
                for rank in range(DEVICES)]
-    for worker in workers:
-        worker.start()
+    saved = {name: os.environ.get(name) for name in QUIET_MALLOC}
+    os.environ.update(QUIET_MALLOC)  # read by the workers' C library when they start
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     outs: dict[int, dict[str, Any]] = {}
     while len(outs) < DEVICES:
         try:
