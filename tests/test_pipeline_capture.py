@@ -110,3 +110,17 @@ def test_the_harness_runs_plans_on_two_processes_and_reports(capsys) -> None:
     assert set(capture["one_way_s"]) == {str(size) for size in setup.message_sizes}
     script().report(capture)
     assert "prt k=2" in capsys.readouterr().out
+
+
+def test_the_simulated_link_is_the_measured_one() -> None:
+    """One way between the two "GPUs" (two hops: GPU, switch, GPU) costs what the capture measured."""
+    from simhpc.runner import build
+    from simhpc.scenario.loader import scenario_from_dict
+
+    capture = script().read_capture(CAPTURE)
+    figures = script().model_figures(capture)
+    _, workload = build(scenario_from_dict(script().scenario_for(capture, {"kind": "1f1b"}, 2), "capture"), "capture")
+    topology = workload.ctx.network.topology
+    path = topology.path("n0.gpu0", "n0.gpu1")
+    assert topology.path_latency(path) == pytest.approx(figures["latency_s"], rel=1e-5)
+    assert topology.path_bandwidth(path) == pytest.approx(figures["bandwidth"], rel=1e-5)

@@ -428,7 +428,9 @@ def scenario_for(capture: dict[str, Any], schedule: dict[str, Any], micro_batche
         "seed": 0,
         "hardware": {"nodes": {"cpu-pair": {
             "cpu": "epyc-7742", "host_memory": "64 GiB", "gpu": "a100", "gpus": DEVICES,
-            "gpu_link": {"bandwidth": f"{figures['bandwidth']:.6g} B/s", "latency": f"{figures['latency_s']:.6g} s"},
+            # a GPU-to-GPU transfer crosses two hops (GPU, the node's switch, GPU), each the link's latency
+            "gpu_link": {"bandwidth": f"{figures['bandwidth']:.6g} B/s",
+                         "latency": f"{figures['latency_s'] / 2:.6g} s"},
             "pcie": {"bandwidth": "25 GB/s", "latency": "2 us"}, "nics": 1,
             "nic": {"bandwidth": "100 Gb/s", "latency": "2 us"}}}},
         "network": {"mode": "flow", "topology": {"kind": "gpu_cluster", "node": "cpu-pair", "nodes": 1}},
