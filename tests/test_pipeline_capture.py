@@ -1,10 +1,13 @@
 """The simulator against pipelines measured on a CPU (``validation/traces/pipeline_capture.py``).
 
-The committed capture ran simhpc's plans (GPipe, 1F1B, interleaved, PRT round-robin at k = 2 and
-4, V-shaped PRT; m = 2, 4, 8) on two pinned processes of a 2-core AMD EPYC Zen 3 guest. Each is
-simulated here, op for op, with the figures the capture measured: per-layer op times and a per-op
-cost (a line through the runs' median op times), the shared-memory link's latency and bandwidth,
-and the op times' spread. The measured iteration is the median of 9 rounds on a noisy host.
+The committed captures ran simhpc's plans (GPipe, 1F1B, interleaved, PRT round-robin at k = 2 and
+4, V-shaped PRT; m = 2, 4, 8) on two pinned processes of a 2-core AMD EPYC Zen 3 guest: the
+default model (16 x ``Linear(1024, 1024)``, micro-batches of 64: ops of 2-35 ms) and a narrow one
+whose transfers weigh more (``Linear(128, 128)``, micro-batches of 1024: 0.5 MiB per transfer
+against ops of 1-8 ms). Each run is simulated here, op for op, with the figures the capture
+measured: per-layer op times and a per-op cost (a line through the runs' median op times), the
+shared-memory link's latency and bandwidth, and the op times' spread. The measured iteration is
+the median of 9 rounds on a noisy host.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from simhpc.scenario.loader import load_scenario
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "validation" / "traces" / "pipeline_capture.py"
-CAPTURE = ROOT / "validation" / "traces" / "pipeline_captures" / "epyc-zen3.json.gz"
+CAPTURES = ROOT / "validation" / "traces" / "pipeline_captures"
+CAPTURE = CAPTURES / "epyc-zen3.json.gz"
+NARROW = CAPTURES / "epyc-zen3-h128-b1024-l16.json.gz"
 
 
 @cache
@@ -38,16 +43,17 @@ def script() -> Any:
 
 
 @cache
-def rows() -> tuple[dict[str, Any], ...]:
-    return tuple(script().compare(script().read_capture(CAPTURE)))
+def rows(capture: Path = CAPTURE) -> tuple[dict[str, Any], ...]:
+    return tuple(script().compare(script().read_capture(capture)))
 
 
 def row(kind: str, m: int, **params: Any) -> dict[str, Any]:
     return next(r for r in rows() if r["schedule"] == {"kind": kind, **params} and r["micro_batches"] == m)
 
 
-def test_the_capture_holds_every_plan_it_ran() -> None:
-    capture = script().read_capture(CAPTURE)
+@pytest.mark.parametrize("path", [CAPTURE, NARROW], ids=["default", "narrow"])
+def test_the_capture_holds_every_plan_it_ran(path: Path) -> None:
+    capture = script().read_capture(path)
     assert len(capture["runs"]) == len(script().SCHEDULES) * 3
     for run in capture["runs"]:
         assert len(run["iterations"]) == capture["setup"]["iterations"] == 9
@@ -59,16 +65,20 @@ def test_the_capture_holds_every_plan_it_ran() -> None:
                 assert all(later[1] >= earlier[2] for earlier, later in pairwise(record))
 
 
-def test_every_simulated_iteration_is_within_10_percent_of_the_measured_one() -> None:
+@pytest.mark.parametrize(("path", "bias"), [(CAPTURE, 0.03), (NARROW, 0.05)], ids=["default", "narrow"])
+def test_every_simulated_iteration_is_within_10_percent_of_the_measured_one(path: Path, bias: float) -> None:
+    """Within 10 % each; the median error, a few % fast: the op times' tail (the mean op 2 % over
+    the median, the fitted lognormal's 0.4 %) and, on the narrow model, more that is not modelled."""
     errors = {(script().schedule_name(r["schedule"]), r["micro_batches"]): r["varied_s"] / r["measured_s"] - 1
-              for r in rows()}
+              for r in rows(path)}
     assert all(abs(error) < 0.10 for error in errors.values()), errors
-    assert abs(statistics.median(errors.values())) < 0.03
+    assert abs(statistics.median(errors.values())) < bias
 
 
-def test_the_simulated_bubbles_are_the_measured_ones() -> None:
-    for r in rows():
-        assert r["simulated_bubble"] == pytest.approx(r["measured_bubble"], abs=0.025)
+@pytest.mark.parametrize(("path", "within"), [(CAPTURE, 0.025), (NARROW, 0.045)], ids=["default", "narrow"])
+def test_the_simulated_bubbles_are_the_measured_ones(path: Path, within: float) -> None:
+    for r in rows(path):
+        assert r["simulated_bubble"] == pytest.approx(r["measured_bubble"], abs=within)
 
 
 def test_deeper_pipelines_gain_as_measured() -> None:

@@ -35,6 +35,7 @@ collector runs between rounds only.
 
     .venv/bin/python validation/traces/pipeline_capture.py            # measure (~1.5 min), write, compare
     .venv/bin/python validation/traces/pipeline_capture.py --report   # compare the written capture only
+    .venv/bin/python validation/traces/pipeline_capture.py --hidden 128 --batch 1024   # transfers weigh more
 
 The capture goes to ``pipeline_captures/<this machine's calibration>.json.gz`` (``--out`` to
 change it; ``--export DIR`` also writes each run's measured median round as a Chrome trace and
@@ -557,12 +558,14 @@ def report(capture: dict[str, Any]) -> None:
               f"{row['measured_gain']:+7.1%} {row['simulated_gain']:+7.1%} {row['varied_gain']:+7.1%}")
 
 
-def default_capture() -> Path:
+def default_capture(setup: Setup) -> Path:
     """This machine's capture file: ``pipeline_captures/<its calibration's name>.json.gz`` (apart
-    from ``captures/``, whose files are torch.profiler traces)."""
+    from ``captures/``, whose files are torch.profiler traces), ``-h<hidden>-b<batch>-l<layers>``
+    before the suffix for another model than :class:`Setup`'s."""
     from simhpc.hardware.host import default_calibration
 
-    return HERE / "pipeline_captures" / f"{default_calibration().stem}.json.gz"
+    model = "" if setup == Setup() else f"-h{setup.hidden}-b{setup.batch}-l{setup.layers}"
+    return HERE / "pipeline_captures" / f"{default_calibration().stem}{model}.json.gz"
 
 
 def read_capture(path: Path) -> dict[str, Any]:
@@ -601,15 +604,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
                         help="capture file (default: pipeline_captures/<machine>.json.gz)")
+    parser.add_argument("--hidden", type=int, default=Setup.hidden, help="width of the layers")
+    parser.add_argument("--batch", type=int, default=Setup.batch, help="samples per micro-batch")
+    parser.add_argument("--layers", type=int, default=Setup.layers, help="layers (a multiple of 8: depth 2 to 8)")
     parser.add_argument("--report", action="store_true", help="compare the capture file only, measure nothing")
     parser.add_argument("--export", type=Path, metavar="DIR",
                         help="also write each run's measured trace and its scenario to DIR")
     args = parser.parse_args(argv)
-    path = args.out or default_capture()
+    setup = Setup(hidden=args.hidden, batch=args.batch, layers=args.layers)
+    if min(setup.hidden, setup.batch) < 1 or setup.layers < 8 or setup.layers % 8:
+        parser.error("--hidden and --batch take positive numbers, --layers a multiple of 8")
+    path = args.out or default_capture(setup)
     if args.report:
         capture = read_capture(path)
     else:
-        capture = measure(Setup())
+        capture = measure(setup)
         write_capture(capture, path)
         print(f"wrote {path}")
     report(capture)
