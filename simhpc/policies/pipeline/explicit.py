@@ -87,8 +87,8 @@ class Explicit(PipelineSchedule):
         params = self.params
         if len(params.ops) != devices:
             raise PlanError(f"explicit: {len(params.ops)} op lists for {devices} devices")
-        pipelines = params.micro_batch_pipeline or [0] * micro_batches
-        if len(pipelines) != micro_batches or max(pipelines) >= len(params.stage_device):
+        pipelines = [0] * micro_batches if params.micro_batch_pipeline is None else params.micro_batch_pipeline
+        if len(pipelines) != micro_batches or max(pipelines, default=0) >= len(params.stage_device):
             raise PlanError(f"explicit: micro_batch_pipeline needs {micro_batches} entries (the micro-batches), "
                             f"each a pipeline below {len(params.stage_device)}")
         ops = tuple(tuple(parse_op(label) for label in labels) for labels in params.ops)
