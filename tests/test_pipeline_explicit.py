@@ -9,7 +9,8 @@ import yaml
 from click.testing import CliRunner
 
 from simhpc.cli import main
-from simhpc.policies.pipeline import Chimera, Explicit, GPipe, OneFOneB, PipelinePlan, Prt, ZeroBubbleH1
+from simhpc.policies.pipeline import Chimera, Explicit, GPipe, OneFOneB, Prt, ZeroBubbleH1
+from simhpc.policies.pipeline.explicit import written_out
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
 from tests.conftest import ROOT
@@ -29,13 +30,6 @@ SCHEDULES = {
 def flow(section: dict) -> str:
     """A schedule section as one ``--set`` value."""
     return f"workload.schedule={yaml.safe_dump(section, default_flow_style=True, width=10**6).strip()}"
-
-
-def written_out(plan: PipelinePlan) -> dict:
-    """``plan`` as an ``explicit`` schedule section."""
-    return {"kind": "explicit", "ops": [[op.label() for op in ops] for ops in plan.ops],
-            "stage_device": [list(mapping) for mapping in plan.stage_device],
-            "micro_batch_pipeline": list(plan.micro_batch_pipeline)}
 
 
 @pytest.mark.parametrize("name", SCHEDULES)

@@ -60,6 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from simhpc.policies.pipeline.explicit import written_out
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 from simhpc.runner import RunResult, simulate
 
@@ -351,11 +354,8 @@ def _on_workers(setup: Setup, plans: list[PipelinePlan] | None) -> dict[int, dic
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares intercept and slope of ``y = a + b x``."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
-    return mean_y - slope * mean_x, slope
+    slope, intercept = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
+    return float(intercept), float(slope)
 
 
 def _one_way_seconds(outs: dict[int, dict[str, Any]]) -> dict[str, float]:
@@ -455,13 +455,6 @@ def simulate_run(capture: dict[str, Any], schedule: dict[str, Any], micro_batche
     source = "pipeline_capture"
     data = scenario_for(capture, schedule, micro_batches, variation, iterations)
     return simulate(scenario_from_dict(data, source), source)
-
-
-def written_out(plan: PipelinePlan) -> dict[str, Any]:
-    """``plan`` as a scenario's ``explicit`` schedule: the runs' simulations run the very plan that ran."""
-    return {"kind": "explicit", "ops": [[op.label() for op in ops] for ops in plan.ops],
-            "stage_device": [list(mapping) for mapping in plan.stage_device],
-            "micro_batch_pipeline": list(plan.micro_batch_pipeline)}
 
 
 # --- measuring, comparing ---------------------------------------------------------------------

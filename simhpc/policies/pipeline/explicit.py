@@ -17,7 +17,7 @@ figures might order otherwise.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -66,6 +66,13 @@ def parse_op(label: str) -> Op:
         raise ValueError(f"{label!r} is not an op label")
     kind, micro_batch, stage = match.groups()
     return Op(kind, int(micro_batch), int(stage))
+
+
+def written_out(plan: PipelinePlan) -> dict[str, Any]:
+    """The ``explicit`` schedule section that runs ``plan`` as it is."""
+    return {"kind": "explicit", "ops": [[op.label() for op in ops] for ops in plan.ops],
+            "stage_device": [list(mapping) for mapping in plan.stage_device],
+            "micro_batch_pipeline": list(plan.micro_batch_pipeline)}
 
 
 @register("pipeline", "explicit")
