@@ -52,6 +52,7 @@ import math
 import os
 import platform
 import queue
+import signal
 import statistics
 import sys
 import time
@@ -604,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--export", type=Path, metavar="DIR",
                         help="also write each run's measured trace and its scenario to DIR")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--report | head` ends quietly
     setup = Setup(hidden=args.hidden, batch=args.batch, layers=args.layers)
     if min(setup.hidden, setup.batch) < 1 or setup.layers < 8 or setup.layers % 8:
         parser.error("--hidden and --batch take positive numbers, --layers a multiple of 8")
