@@ -370,6 +370,15 @@ def _one_way_seconds(outs: dict[int, dict[str, Any]]) -> dict[str, float]:
     return one_way
 
 
+def _op_seconds(iteration: list[list[list[Any]]]) -> dict[str, list[float]]:
+    """One measured iteration's op durations by pass (``F``, ``B``), every device's."""
+    seconds: dict[str, list[float]] = {}
+    for record in iteration:
+        for label, start, end in record:
+            seconds.setdefault(label[0], []).append(end - start)
+    return seconds
+
+
 def op_durations(capture: dict[str, Any]) -> dict[tuple[int, str], float]:
     """Median duration of the runs' ops by stage size (layers) and pass (``F``, ``B``), over every
     schedule and round."""
@@ -377,9 +386,8 @@ def op_durations(capture: dict[str, Any]) -> dict[tuple[int, str], float]:
     for run in capture["runs"]:
         layers = capture["setup"]["layers"] // run["stages"]
         for iteration in run["iterations"]:
-            for record in iteration:
-                for label, start, end in record:
-                    durations.setdefault((layers, label[0]), []).append(end - start)
+            for kind, seconds in _op_seconds(iteration).items():
+                durations.setdefault((layers, kind), []).extend(seconds)
     return {key: statistics.median(values) for key, values in sorted(durations.items())}
 
 
@@ -409,11 +417,7 @@ def op_time_variation(capture: dict[str, Any]) -> float:
     logs = []
     for run in capture["runs"]:
         for iteration in run["iterations"]:
-            by_kind: dict[str, list[float]] = {}
-            for record in iteration:
-                for label, start, end in record:
-                    by_kind.setdefault(label[0], []).append(end - start)
-            for times in by_kind.values():
+            for times in _op_seconds(iteration).values():
                 middle = statistics.median(times)
                 logs += [math.log(t / middle) for t in times]
     return math.sqrt(math.expm1(statistics.pstdev(logs) ** 2))
