@@ -19,7 +19,7 @@ Dependencies (what a valid executor honours):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -163,31 +163,46 @@ def missing_input(op: Op, done: set[Op], stages: int) -> Op | None:
     return None if (BACKWARD, j, s) in done else Op(BACKWARD, j, s)
 
 
+WaitsOn = Callable[[int, int, set[Op]], Op | None]
+"""``waits_on(device, index, done)``: an op not yet in ``done`` that the ``index``-th op of
+``device``'s list waits for (None: it can run)."""
+
+
 def order(plan: PipelinePlan) -> list[Op]:
     """A global order of all ops consistent with dependencies and each device's list.
 
-    Linear time: a device whose next op waits on a missing input is parked on that input and
-    woken when it completes.
-
     Raises:
         PlanError: if the device lists and the dependencies form a cycle (the plan deadlocks).
+    """
+    stages, ops = plan.stages, plan.ops
+    return ordered(plan, lambda device, index, done: missing_input(ops[device][index], done, stages))
+
+
+def ordered(plan: PipelinePlan, waits_on: WaitsOn, deadlock: str = "deadlock") -> list[Op]:
+    """All ops of ``plan`` in an order where each comes after the ops ``waits_on`` names and after
+    its device's earlier ops.
+
+    Linear time: a device whose next op waits is parked on the op it waits for and woken when that
+    one is placed.
+
+    Raises:
+        PlanError: ``"<plan>: <deadlock>, devices wait at ..."`` if the waits form a cycle.
     """
     pointer = [0] * plan.devices
     done: set[Op] = set()
     parked: dict[Op, list[int]] = {}
     result: list[Op] = []
     pending = list(range(plan.devices - 1, -1, -1))
-    stages = plan.stages
     while pending:
         device = pending.pop()
         ops = plan.ops[device]
         index = pointer[device]
         while index < len(ops):
-            op = ops[index]
-            missing = missing_input(op, done, stages)
+            missing = waits_on(device, index, done)
             if missing is not None:
                 parked.setdefault(missing, []).append(device)
                 break
+            op = ops[index]
             done.add(op)
             result.append(op)
             index += 1
@@ -197,5 +212,5 @@ def order(plan: PipelinePlan) -> list[Op]:
         pointer[device] = index
     if len(result) != sum(len(ops) for ops in plan.ops):
         stuck = [ops[pointer[d]].label() for d, ops in enumerate(plan.ops) if pointer[d] < len(ops)]
-        raise PlanError(f"{plan.name}: deadlock, devices wait at {', '.join(stuck)}")
+        raise PlanError(f"{plan.name}: {deadlock}, devices wait at {', '.join(stuck)}")
     return result

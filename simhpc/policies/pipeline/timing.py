@@ -3,7 +3,8 @@
 Given a duration per op and a delay per cross-device dependency, every op starts at the later of
 its device finishing the previous op in its list and its inputs arriving. This is the reference
 the SimPy workload must match when communication is contention-free, and the fast way to test
-schedules (the bubble formulas) without building a machine.
+schedules (the bubble formulas) without building a machine. With ``p2p`` other than
+``overlapped`` the senders wait for their sends (:mod:`~simhpc.policies.pipeline.blocking`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simhpc.policies.pipeline.blocking import P2P, BlockingSends, blocking_order
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 
 
@@ -39,6 +41,7 @@ def plan_timing(
     plan: PipelinePlan,
     duration: Callable[[Op], float],
     delay: Callable[[Op, Op, int, int], float] | None = None,
+    p2p: P2P = "overlapped",
 ) -> PlanTiming:
     """Time ``plan`` with op durations and cross-device delays.
 
@@ -47,6 +50,8 @@ def plan_timing(
         duration: seconds of an op (on its device).
         delay: seconds from the end of a dependency to its consumer's input being ready, given the
             two ops and their devices; called only when the devices differ (default: none).
+        p2p: ``blocking`` or ``rendezvous``: the senders wait for their sends
+            (:mod:`~simhpc.policies.pipeline.blocking`).
 
     Raises:
         PlanError: if the plan deadlocks.
@@ -57,9 +62,15 @@ def plan_timing(
     busy = [0.0] * plan.devices
     device_of = {op: device for device, ops in enumerate(plan.ops) for op in ops}
     last = plan.stages - 1
-    for op in plan.topological_order():
+    sends = BlockingSends(plan, rendezvous=p2p == "rendezvous") if p2p != "overlapped" else None
+    for op in blocking_order(plan, sends) if sends else plan.topological_order():
         device = device_of[op]
-        ready = free[device]
+        ready = posted = free[device]  # a rendezvous: the receive of op's input is posted as the previous op ends
+        if sends is not None and (sent := sends.previous.get(op)) in sends.remote_consumer:  # its send, waited for
+            consumer, opened = sends.remote_consumer[sent], sends.posted_after(sent)
+            ready = max(posted, end[opened] if opened is not None else 0.0)  # the transfer starts
+            if delay is not None:
+                ready += delay(sent, consumer, device, device_of[consumer])
         kind, j, s = op
         if kind == FORWARD:
             deps: tuple[tuple[str, int, int], ...] = ((FORWARD, j, s - 1),) if s else ()
@@ -69,8 +80,11 @@ def plan_timing(
             deps = ((BACKWARD, j, s),)
         for dep in deps:
             arrival = end[dep]
-            if delay is not None and device_of[dep] != device:
-                arrival += delay(Op(*dep), op, device_of[dep], device)
+            if device_of[dep] != device:
+                if sends is not None and sends.rendezvous:
+                    arrival = max(arrival, posted)
+                if delay is not None:
+                    arrival += delay(Op(*dep), op, device_of[dep], device)
             if arrival > ready:
                 ready = arrival
         length = duration(op)
