@@ -10,6 +10,7 @@ from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator
 from simhpc.models import CONVNETS, TRANSFORMERS
 from simhpc.models.bert import MAX_POSITIONS
 from simhpc.policies.pipeline import ScheduleConfig
+from simhpc.policies.pipeline.blocking import P2P
 from simhpc.scenario.types import PositiveInt, PositiveSize, Size, Strict, Time
 from simhpc.units import format_time
 
@@ -117,6 +118,13 @@ class PipelineTrainingConfig(Strict):
     """Coefficient of variation of every op's time (at most 2): each op, every time it runs, takes its
     time (then the median) times an independent lognormal factor drawn from the scenario's seed, as
     ops vary on a shared or noisy machine; 0 runs every op in exactly its time."""
+    p2p: P2P = "overlapped"
+    """How activation and gradient transfers meet the compute (:mod:`simhpc.policies.pipeline.blocking`):
+    ``overlapped``, a copy engine moves the bytes while both devices compute on (non-blocking NCCL
+    send/receive); ``blocking``, the sender computes again only once its send has arrived (batched
+    send/receive pairs waited for, every receive posted ahead, as Megatron-LM does); ``rendezvous``,
+    also, a transfer starts only once its receiver has ended the op before the one that consumes
+    it (send/receive pairs issued op by op; a plan that then deadlocks is an error)."""
     partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
     """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's balance by
     time; of two such cuts, the min-max search's and the most even one, the one the schedule's

@@ -6,7 +6,10 @@ construction (the plan is validated deadlock-free, so the producer ran earlier i
 When an op ends, its output goes to the consumer's device: an activation after a forward, an
 activation gradient after a backward, over ``send`` (the network), asynchronously — compute and
 communication overlap, as with non-blocking NCCL send/recv. A boundary inside one device costs
-nothing.
+nothing. With ``p2p`` ``blocking`` or ``rendezvous`` (:mod:`~simhpc.policies.pipeline.blocking`) a
+device that sent waits for the bytes to arrive before its next op, and with a rendezvous a transfer
+starts only once its receiver has ended the op before the consumer (the plan is checked to be
+deadlock-free under that rule first).
 
 Split backward (zero-bubble plans): ``B`` computes the input gradient and sends it on at once,
 ``W`` computes the weight gradient later on the same device (after its ``B`` in the device's
@@ -17,7 +20,8 @@ count as busy time and each pays the per-op overhead.
 Idle time: a device that waits for an input from another device waits first for the op that
 produces it (a dependency: the pipeline's bubble) and then, once that op has ended, for the bytes
 in flight: the *transfer wait*, the point-to-point communication the schedule leaves exposed
-(:meth:`PipelineExecutor.transfer_wait_fractions`).
+(:meth:`PipelineExecutor.transfer_wait_fractions`). A sender that waits for its send counts the
+same way: its wait from the moment the transfers it waits for have all left is a transfer wait.
 
 Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
 before the first iteration; a forward allocates its stage's activation stash when it starts and
@@ -54,6 +58,7 @@ import simpy
 from simhpc.engine import Simulation, Track
 from simhpc.errors import SimulatedOOM
 from simhpc.hardware.devices import Device
+from simhpc.policies.pipeline.blocking import P2P, BlockingSends
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
 
@@ -82,6 +87,7 @@ class PipelineExecutor:
         gradient_sync: reduces each stage's gradients instead (replicas of the pipeline elsewhere).
         variation: coefficient of variation of every op's time (0: each op takes its time exactly).
         stream: the name of this executor's random streams (one per device, ``<stream>.d<index>``).
+        p2p: ``overlapped``, ``blocking`` or ``rendezvous`` (a plan validated deadlock-free under it).
     """
 
     def __init__(
@@ -96,6 +102,7 @@ class PipelineExecutor:
         gradient_sync: GradientSync | None = None,
         variation: float = 0.0,
         stream: str = "pipeline.op_times",
+        p2p: P2P = "overlapped",
     ) -> None:
         if costs.stages != plan.stages:
             raise ValueError(f"{costs.stages} stage costs for a plan of {plan.stages} stages")
@@ -131,6 +138,8 @@ class PipelineExecutor:
         self._sigma = math.sqrt(math.log1p(variation * variation))
         """Standard deviation of the log of an op's time factor (lognormal of median 1, CV ``variation``)."""
         self._rngs = [sim.rng(f"{stream}.d{d}") for d in range(plan.devices)] if variation > 0 else []
+        self._sends = BlockingSends(plan, rendezvous=p2p == "rendezvous") if p2p != "overlapped" else None
+        """With waiting senders, who waits for whom (None: overlapped transfers)."""
         self._last_pass = WEIGHT if plan.split_backward else BACKWARD
         """The pass that ends a micro-batch on a stage: frees its stash, completes its gradients."""
         self._labels = {op: op.label() for ops in plan.ops for op in ops}
@@ -140,8 +149,10 @@ class PipelineExecutor:
             per_pipeline[q] += 1
         self._per_pipeline = per_pipeline
         self._arrivals: dict[Op, simpy.Event] = {}
-        self._produced: dict[Op, float] = {}
-        """Per consumer op on another device: when its input's producer ended."""
+        self._posted: dict[Op, simpy.Event] = {}
+        """Per consumer op on another device, with a rendezvous: fires when its receive is posted."""
+        self._departed: dict[Op, float] = {}
+        """Per consumer op on another device: when its input's transfer left."""
         self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
         """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
         self._backwards: dict[tuple[int, int], int] = {}
@@ -193,7 +204,8 @@ class PipelineExecutor:
         for iteration in range(iterations):
             self._iteration = iteration
             self._arrivals = {}
-            self._produced = {}
+            self._posted = {}
+            self._departed = {}
             self._arrows_due = {}
             self._backwards = {}
             self._syncs = []
@@ -217,6 +229,13 @@ class PipelineExecutor:
             event = self._arrivals[op] = self.sim.env.event()
         return event
 
+    def _receive_posted(self, op: Op) -> simpy.Event:
+        """With a rendezvous: the event that fires when ``op``'s device posts the receive of its input."""
+        event = self._posted.get(op)
+        if event is None:
+            event = self._posted[op] = self.sim.env.event()
+        return event
+
     def _device(self, d: int, busy: list[float], waits: list[float]) -> Generator[Any, Any, None]:
         stream = self.streams[d]
         memory = self.devices[d].memory
@@ -226,13 +245,16 @@ class PipelineExecutor:
         labels = self._labels
         iteration = self._iteration
         last_pass = self._last_pass
-        env = self.sim.env
-        for op in self.plan.ops[d]:
+        ops = self.plan.ops[d]
+        rendezvous = self._sends is not None and self._sends.rendezvous
+        if rendezvous and ops and remote[ops[0]]:
+            self._receive_posted(ops[0]).succeed()  # posted from the start
+        sending: Op | None = None  # waiting senders: the consumer of the previous op's output
+        for index, op in enumerate(ops):
             kind, j, s = op
-            if remote[op]:
-                asked = env.now
-                yield self._arrival(op)
-                waits[d] += env.now - max(asked, self._produced.pop(op))
+            if remote[op] or sending is not None:
+                yield from self._wait_for([c for c in (op if remote[op] else None, sending) if c is not None], d, waits)
+                sending = None
             if kind == FORWARD or (kind == BACKWARD and rebuilt):
                 what = "activations of" if kind == FORWARD else "activations recomputed by"
                 try:
@@ -253,41 +275,75 @@ class PipelineExecutor:
                 memory.free(costs.released(s))
                 self._count_backward(op, d)
             if kind != WEIGHT:
-                self._deliver(op, d)
+                sending = self._deliver(op, d)
+            if rendezvous and index + 1 < len(ops) and remote[ops[index + 1]]:
+                self._receive_posted(ops[index + 1]).succeed()
+        if sending is not None:  # the last op's send
+            yield from self._wait_for([sending], d, waits)
 
-    def _deliver(self, op: Op, d: int) -> None:
-        """Hand ``op``'s output to the op that consumes it on another device."""
+    def _wait_for(self, consumers: list[Op], d: int, waits: list[float]) -> Generator[Any, Any, None]:
+        """Wait until the inputs of ``consumers`` (ops on other devices) have arrived; count the wait
+        from the moment the last of their transfers left as device ``d``'s transfer wait."""
+        env = self.sim.env
+        asked = env.now
+        arrivals = [self._arrival(consumer) for consumer in consumers]
+        yield arrivals[0] if len(arrivals) == 1 else env.all_of(arrivals)
+        waits[d] += env.now - max(asked, *(self._departed[consumer] for consumer in consumers))
+
+    def _deliver(self, op: Op, d: int) -> Op | None:
+        """Hand ``op``'s output to the op that consumes it on another device; with waiting senders,
+        return that consumer (the sender waits for its input to arrive)."""
         kind, j, s = op
         if kind == FORWARD:
             if s + 1 >= self.plan.stages:
-                return
+                return None
             consumer = Op(FORWARD, j, s + 1)
             nbytes = self.costs.boundary_bytes[s]
         else:
             if s == 0:
-                return
+                return None
             consumer = Op(BACKWARD, j, s - 1)
             nbytes = self.costs.boundary_bytes[s - 1]
         if not self._remote[consumer]:
-            return
-        self._produced[consumer] = self.sim.env.now
+            return None
+        if self._sends is not None:
+            self.sim.env.process(self._blocking_transfer(op, consumer, d, nbytes))
+            return consumer
+        self._departed[consumer] = self.sim.env.now
         arrival = self._arrival(consumer)
         if self.send is None:
             arrival.succeed()
-            return
+            return None
+        self._transfer(op, consumer, d, nbytes).callbacks.append(lambda _: arrival.succeed())
+        return None
+
+    def _blocking_transfer(self, op: Op, consumer: Op, d: int, nbytes: float) -> Generator[Any, Any, None]:
+        """SimPy process: with a rendezvous, wait for the receive to be posted; then move the bytes."""
+        if self._sends is not None and self._sends.rendezvous:
+            yield self._receive_posted(consumer)
+        self._departed[consumer] = self.sim.env.now
+        if self.send is not None:
+            yield self._transfer(op, consumer, d, nbytes)
+        self._arrival(consumer).succeed()
+
+    def _transfer(self, op: Op, consumer: Op, d: int, nbytes: float) -> simpy.Event:
+        """Send ``op``'s output (``nbytes``) from device ``d`` to ``consumer``'s device; the event
+        fires on arrival, once the trace arrow to draw is due."""
+        assert self.send is not None
+        kind = op.kind
         target = self.plan.device_of(consumer)
         self.transfers += 1
         self.transfer_bytes += nbytes
         label = f"{'act' if kind == FORWARD else 'grad'} {self._labels[op]}->{self._labels[consumer]}"
         event = self.send(d, target, nbytes, label)
         source = self.streams[d].track
-        produced = source.spans[-1]  # the op that just ran
+        produced = source.spans[-1]  # the op that ran last: the producer
 
         def arrived(_: simpy.Event) -> None:
             self._arrows_due[consumer] = (label, source, (produced.start + produced.end) / 2)
-            arrival.succeed()
 
         event.callbacks.append(arrived)
+        return event
 
     def _draw_arrow(self, op: Op, track: Track) -> None:
         """A trace arrow from the op that produced ``op``'s input to ``op``, which just ran: from

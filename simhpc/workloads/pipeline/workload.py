@@ -33,7 +33,7 @@ from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import GpuSpec
 from simhpc.models import LayerCosts, ModelProfile, build_model, uniform_model
-from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule
+from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule, PlanError
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
 from simhpc.policies.pipeline.profile import Route, StageProfile
@@ -169,7 +169,11 @@ class PipelineTrainingWorkload(Workload):
                 plan = self.schedule.plan_for(count, config.micro_batches, ratio, profile)
             except ScheduleStall as error:
                 raise InvalidReference("schedule", str(error)) from None
-            return plan_timing(plan, profile.op_seconds(plan), profile.delay).makespan, bounds, costs, profile, plan
+            try:
+                timing = plan_timing(plan, profile.op_seconds(plan), profile.delay, config.p2p)
+            except PlanError as error:  # only a rendezvous can deadlock a valid plan
+                raise InvalidReference("p2p", f"{error}; with p2p: blocking every receive is posted ahead") from None
+            return timing.makespan, bounds, costs, profile, plan
 
         # the cut the schedule's own estimate runs fastest (the first on a tie)
         chosen = min((plan_cut(bounds, everywhere) for bounds in cuts), key=lambda entry: entry[0])
@@ -201,7 +205,8 @@ class PipelineTrainingWorkload(Workload):
             PipelineExecutor(self.sim, self.plan, self.costs, [device_of[name] for name in group],
                              sender(group), overhead=config.stage_overhead, sync_replicas=config.sync_replicas,
                              gradient_sync=self.reduction.ready if self.reduction else None,
-                             variation=config.op_time_variation, stream=f"pipeline.op_times.r{replica}")
+                             variation=config.op_time_variation, stream=f"pipeline.op_times.r{replica}",
+                             p2p=config.p2p)
             for replica, group in enumerate(groups)]
 
     def _cuts(self, layer_costs: LayerCosts, devices: int, route: Route) -> list[tuple[int, ...]]:
@@ -286,6 +291,7 @@ class PipelineTrainingWorkload(Workload):
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
             "op_time_variation": c.op_time_variation,
+            "p2p": c.p2p,
             "recompute": c.recompute,
             "recomputed_stages": [s for s, again in enumerate(self.recomputed) if again],
         }
