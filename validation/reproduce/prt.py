@@ -6,9 +6,10 @@ unidirectional case, Chimera for the bidirectional one), of PRT at its best reus
 (depth 8k; round-robin map), the gain, and the paper's "up to" figure beside ours; then the
 memory imbalance (max/min peak per GPU) of 1F1B and PRT; the ceiling of the same comparison with
 free GPU-GPU transfers and no per-op overhead (what the bubbles alone allow at this m); and how
-the gain moves with the number of micro-batches, the per-op overhead and the link latency.
+the gain moves with the number of micro-batches, the per-op overhead, the link latency, the op
+times' variation and the senders waiting for their sends (``p2p``).
 
-    .venv/bin/python validation/reproduce/prt.py            # flow-level network (~30 s)
+    .venv/bin/python validation/reproduce/prt.py            # flow-level network (~85-100 s)
     .venv/bin/python validation/reproduce/prt.py --quick    # analytic network, fewer points
     .venv/bin/python validation/reproduce/prt.py --m-equals-depth  # also: PRT fed 8k micro-batches
     .venv/bin/python validation/reproduce/prt.py --two-nodes       # also: 16 GPUs of two nodes (~1 min more)
@@ -164,6 +165,8 @@ def trends(models: tuple[str, ...], quick: bool) -> None:
     for variation in (0.2,) if quick else (0.1, 0.3):  # mean throughput over 10 iterations
         cases.append((f"op times vary {variation}", (f"workload.op_time_variation={variation}",
                                                      "workload.iterations=10"), None))
+    for p2p in ("blocking", "rendezvous"):  # the senders wait for their sends (and the receives)
+        cases.append((f"p2p {p2p}", (f"workload.p2p={p2p}",), None))
     print(f"{'model':<11} {'condition':<20} {'uni gain':>9} {'bi gain':>9}")
     for model in models:
         for label, overrides, link in cases:
