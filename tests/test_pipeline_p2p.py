@@ -10,6 +10,7 @@ a plan whose sends wait for receives posted too late deadlocks, and the scenario
 from __future__ import annotations
 
 import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from simhpc.policies.pipeline import (
     ZeroBubbleH1,
     plan_timing,
 )
-from simhpc.policies.pipeline.plan import FORWARD, WEIGHT
+from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
 from simhpc.workloads.pipeline import PipelineExecutor, StageCosts
@@ -75,8 +76,10 @@ def test_the_engine_gives_the_closed_form_times(schedule, p: int, m: int, mode: 
     reference = plan_timing(plan, durations(plan), lambda *_: 0.25, p2p=mode)
     assert executor.iteration_times[0] == pytest.approx(reference.makespan, abs=1e-9)
     assert executor.bubble_fractions()[0] == pytest.approx(reference.bubble_fraction, abs=1e-9)
-    starts = {(span.name, track.process): span.start for track in sim.trace.tracks for span in track.spans}
-    assert len(starts) == len(reference.start)
+    starts = {Op(span.name[0], span.args["micro_batch"], span.args["stage"]): span.start
+              for track in sim.trace.tracks for span in track.spans}
+    assert starts.keys() == reference.start.keys()
+    assert all(starts[op] == pytest.approx(reference.start[op], abs=1e-9) for op in starts)
     assert 0 < executor.transfer_wait_fractions()[0] < executor.bubble_fractions()[0]
 
 
@@ -157,3 +160,43 @@ def test_a_plan_that_deadlocks_at_a_rendezvous_is_an_input_error(tmp_path: Path)
     assert result.exit_code == 2, result.output
     assert "workload.p2p" in result.stderr and "devices wait at F1@s0, F1@s1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def random_plan(rng: random.Random, p: int, stages: int, m: int) -> PipelinePlan:
+    """A plan of ``m`` micro-batches through ``stages`` stages on ``p`` devices (a random map) whose
+    device lists follow a random order of the ops that respects their dependencies."""
+    mapping = tuple(rng.randrange(p) for _ in range(stages))
+    ready = {Op(FORWARD, j, 0) for j in range(m)}
+    lists: list[list[Op]] = [[] for _ in range(p)]
+    done: set[Op] = set()
+    while ready:
+        op = rng.choice(sorted(ready))
+        ready.remove(op)
+        done.add(op)
+        lists[mapping[op.stage]].append(op)
+        kind, j, s = op
+        following = [Op(FORWARD, j, s + 1)] if kind == FORWARD and s + 1 < stages else []
+        following += [Op(BACKWARD, j, s)] if kind == FORWARD and s + 1 == stages else []
+        following += [Op(BACKWARD, j, s - 1)] if kind == BACKWARD and s > 0 else []
+        ready.update(following)
+    plan = PipelinePlan("random", p, stages, m, (mapping,), (0,) * m, tuple(map(tuple, lists)))
+    plan.validate()
+    return plan
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_deadlock_check_is_exact(seed: int) -> None:
+    """On random plans (valid when overlapped: about half deadlock at a rendezvous) the rendezvous
+    check passes exactly when the engine runs every op; where it runs, under every mode, the
+    engine's times are the closed form's."""
+    rng = random.Random(seed)
+    plan = random_plan(rng, rng.choice((2, 3, 4)), rng.randrange(2, 7), rng.randrange(1, 6))
+    for mode in MODES:
+        _, executor = execute(plan, mode, 0.25)
+        try:
+            reference = plan_timing(plan, durations(plan), lambda *_: 0.25, p2p=mode)
+        except PlanError:
+            assert mode == "rendezvous" and executor.iterations_done == 0
+            continue
+        assert executor.iterations_done == 1
+        assert executor.iteration_times[0] == pytest.approx(reference.makespan, abs=1e-9)
