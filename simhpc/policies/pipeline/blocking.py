@@ -1,8 +1,8 @@
 """Blocking point-to-point communication: senders that wait for their sends.
 
 By default (``overlapped``) a transfer leaves when its producer ends and a copy engine moves the
-bytes while both devices compute on, as with non-blocking NCCL send/receive whose requests nobody
-waits for early. Frameworks often wait instead:
+bytes while both devices compute on, as with non-blocking NCCL send/receive that only the
+consumer waits for. Frameworks often wait on the sending side too:
 
 * ``blocking``: the sender computes again only once its send has arrived. Megatron-LM passes
   activations and gradients with batched send/receive pairs (``send_forward_recv_backward`` and
@@ -11,11 +11,12 @@ waits for early. Frameworks often wait instead:
   receiver's.
 * ``rendezvous``: also, a transfer starts only once its receiver has posted the receive, which it
   does, with the sends of its own previous op, when that op ends (NCCL send/receive pairs issued
-  op by op, each side in its own order). A send then waits for its receiver to reach the op before
-  the one that consumes it, and a plan can deadlock that would run overlapped: device 0 running F0
-  then F1 of a stage and device 1 running F1 then F0 of the next wait for each other forever
-  (:func:`blocking_order` finds it). Megatron's interleaved schedule posts its receives ahead
-  for that reason.
+  op by op, each side in its own order; NCCL's buffers let a message smaller than they are go
+  ahead of its receive, so this is the rule for large activations). A send then waits for its
+  receiver to reach the op before the one that consumes it, and a plan can deadlock that would
+  run overlapped: device 0 running F0 then F1 of a stage and device 1 running F1 then F0 of the
+  next wait for each other forever (:func:`blocking_order` finds it). Megatron's interleaved
+  schedule posts its receives ahead for that reason.
 
 :func:`~simhpc.policies.pipeline.timing.plan_timing` times a plan under these rules; the SimPy
 engine runs them.
