@@ -5,8 +5,10 @@ GPUs of a pipeline. They run the op lists simhpc's schedules plan (:data:`SCHEDU
 interleaved, PRT round-robin at k = 2 and 4 and V-shaped) on a real model of identical layers
 (``Linear(h, h)`` then ``tanh``, fp32), at m = 2, 4 and 8, and record when every op starts and
 ends. An op's output goes to the other process through shared memory (:class:`Mailboxes`: the
-producer copies it in, the consumer spins until it is there), so a transfer overlaps the other
-side's compute as a GPU's copy engine does. Every stage computes its input's gradient, the first
+producer copies it in, the consumer spins until it is there). The producer's copy takes nearly all
+of a transfer's one-way time (measured beside the runs: ``post_s`` against ``one_way_s``), so the
+sender waits for its transfer while the receiver computes on: the simulation's ``p2p: blocking``.
+Every stage computes its input's gradient, the first
 one too, so that the stages are identical as in the simulator's uniform model. The plans run
 round by round (every plan once, then again), so the host's drift falls on all of them alike.
 
@@ -17,7 +19,8 @@ What the simulator is given (:func:`model_figures`), and nothing else of the run
   order of their ops, not in the ops; stand-alone timings of a stage, taken first to plan with,
   ran 5-20 % slower: both cores ran the same op at once);
 - the link: one-way times of 4 bytes to a boundary's 256 KiB between the two processes, the
-  receiver waiting as a pipeline's consumer does, a line through them (latency, bandwidth);
+  receiver waiting as a pipeline's consumer does, a line through them (latency, bandwidth), the
+  sender busy for all of it (``p2p: blocking``);
 - for the varied simulation, the op times' spread within an iteration (:func:`op_time_variation`).
 
 The plans are simhpc's own, made with the stand-alone stage times (which decide the order of
@@ -164,8 +167,9 @@ class Mailboxes:
     each. :meth:`post` copies a tensor in, then stamps the slot; :meth:`take` spins until the slot
     bears the stamp it expects. There is no helper thread to share a core with the compute and no
     sleep to wake from (a guest's core, woken, computes slower for a while: ``idle_decay.py``), so a
-    transfer costs the sender one copy and overlaps the receiver's compute, as a GPU's copy engine
-    does; a socket transport (gloo) needs the cores' time to move its bytes."""
+    transfer costs the sender one copy (with torch's calls around it, 50-130 us here, nearly all of
+    the one-way time) and overlaps the receiver's compute; a socket transport (gloo) needs both
+    cores' time to move its bytes."""
 
     def __init__(self, slots: int, shape: tuple[int, ...]) -> None:
         import torch
@@ -187,11 +191,12 @@ class Mailboxes:
 
 
 def _transfer_stamps(rank: int, nbytes: int, mail: Mailboxes, barrier: Any, stamp: int,
-                     repeats: int) -> list[float]:
+                     repeats: int, posts: list[float]) -> list[float]:
     """Timestamps of one-way transfers of ``nbytes``, each way in turn: the sender's just before
     its post, the receiver's once its take returns. The receiver waits while the sender computes
     for about 3 ms first, as a pipeline's consumer waits for its producer; both
-    processes read the same clock (``CLOCK_MONOTONIC``)."""
+    processes read the same clock (``CLOCK_MONOTONIC``). The seconds each of this rank's posts took
+    go to ``posts``."""
     import torch
 
     message = torch.ones(max(nbytes // 4, 1))
@@ -205,6 +210,7 @@ def _transfer_stamps(rank: int, nbytes: int, mail: Mailboxes, barrier: Any, stam
                 work = torch.tanh(work @ work)
             stamps.append(time.perf_counter())
             mail.post(sender, message, stamp + i)
+            posts.append(time.perf_counter() - stamps[-1])
         else:
             mail.take(sender, stamp + i)
             stamps.append(time.perf_counter())
@@ -262,10 +268,11 @@ def _run_plan(plan: PipelinePlan, rank: int, stages: dict[int, Any], inputs: lis
 def _measure_transfers(rank: int, setup: Setup, mail: Mailboxes, barrier: Any, stamp: int, repeats: int,
                        out: dict[str, Any]) -> int:
     """Append ``repeats`` transfer stamps each way per message size to ``out``; return the next stamp."""
-    stamps = out.setdefault("transfer_stamps", {})
+    stamps, posts = out.setdefault("transfer_stamps", {}), out.setdefault("post_seconds", {})
     for nbytes in setup.message_sizes:
         barrier.wait()
-        stamps.setdefault(str(nbytes), []).extend(_transfer_stamps(rank, nbytes, mail, barrier, stamp, repeats))
+        stamps.setdefault(str(nbytes), []).extend(
+            _transfer_stamps(rank, nbytes, mail, barrier, stamp, repeats, posts.setdefault(str(nbytes), [])))
         stamp += 2 * repeats
     return stamp
 
@@ -370,6 +377,12 @@ def _one_way_seconds(outs: dict[int, dict[str, Any]]) -> dict[str, float]:
     return one_way
 
 
+def _post_seconds(outs: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """Median time of the sender's post (its copy and stamp) per message size, both workers'."""
+    return {nbytes: statistics.median(seconds + outs[1]["post_seconds"][nbytes])
+            for nbytes, seconds in outs[0]["post_seconds"].items()}
+
+
 def _op_seconds(iteration: list[list[list[Any]]]) -> dict[str, list[float]]:
     """One measured iteration's op durations by pass (``F``, ``B``), every device's."""
     seconds: dict[str, list[float]] = {}
@@ -424,9 +437,10 @@ def op_time_variation(capture: dict[str, Any]) -> float:
 
 
 def scenario_for(capture: dict[str, Any], schedule: dict[str, Any], micro_batches: int,
-                 variation: float = 0.0, iterations: int = 1) -> dict[str, Any]:
+                 variation: float = 0.0, iterations: int = 1, p2p: str = "blocking") -> dict[str, Any]:
     """The scenario that simulates one run of ``capture`` with its measured figures (and ops whose
-    times vary by ``variation``, over ``iterations``)."""
+    times vary by ``variation``, over ``iterations``). ``p2p``: the senders wait for their transfers,
+    as the runs' do (their post takes nearly all of a transfer's time, ``post_s``), or not."""
     setup, figures = capture["setup"], model_figures(capture)
     hidden, batch = setup["hidden"], setup["batch"]
     return {
@@ -442,7 +456,7 @@ def scenario_for(capture: dict[str, Any], schedule: dict[str, Any], micro_batche
         "network": {"mode": "flow", "topology": {"kind": "gpu_cluster", "node": "cpu-pair", "nodes": 1}},
         "workload": {
             "kind": "pipeline_training", "dtype": "fp32", "optimizer": "sgd", "iterations": iterations,
-            "op_time_variation": round(variation, 4),
+            "op_time_variation": round(variation, 4), "p2p": p2p,
             "model": {"kind": "uniform", "layers": setup["layers"], "forward": f"{figures['forward_s']:.6g} s",
                       "backward": f"{figures['backward_s']:.6g} s", "params": hidden * hidden + hidden,
                       "stash": f"{8 * batch * hidden} B", "boundary": f"{setup['boundary_bytes']} B"},
@@ -453,12 +467,12 @@ def scenario_for(capture: dict[str, Any], schedule: dict[str, Any], micro_batche
 
 
 def simulate_run(capture: dict[str, Any], schedule: dict[str, Any], micro_batches: int,
-                 variation: float = 0.0, iterations: int = 1) -> RunResult:
+                 variation: float = 0.0, iterations: int = 1, p2p: str = "blocking") -> RunResult:
     """Simulate one run of ``capture`` (its plan: ``result.workload.plan``; its trace: ``result.sim.trace``)."""
     from simhpc.scenario.loader import scenario_from_dict
 
     source = "pipeline_capture"
-    data = scenario_for(capture, schedule, micro_batches, variation, iterations)
+    data = scenario_for(capture, schedule, micro_batches, variation, iterations, p2p)
     return simulate(scenario_from_dict(data, source), source)
 
 
@@ -475,12 +489,14 @@ def measure(setup: Setup, schedules: Sequence[dict[str, Any]] = SCHEDULES) -> di
                   "iterations": setup.iterations, "boundary_bytes": setup.boundary_bytes},
         "stage_times": {str(rank): first[rank]["stage_times"] for rank in range(DEVICES)},
         "one_way_s": _one_way_seconds(first),
+        "post_s": _post_seconds(first),
     }
     runs = [{"schedule": schedule, "micro_batches": m} for m in setup.micro_batches for schedule in schedules]
     plans = [simulate_run(capture, run["schedule"], run["micro_batches"]).workload.plan  # type: ignore[attr-defined]
              for run in runs]
     outs = _on_workers(setup, plans)
     capture["one_way_s"] = _one_way_seconds(outs)
+    capture["post_s"] = _post_seconds(outs)
     for index, (run, plan) in enumerate(zip(runs, plans)):
         run["stages"] = plan.stages
         run["plan"] = written_out(plan)
@@ -544,6 +560,10 @@ def report(capture: dict[str, Any]) -> None:
           f"per op {figures['overhead_s'] * 1e6:.0f} us; link {figures['latency_s'] * 1e6:.0f} us + "
           f"{figures['bandwidth'] / 1e9:.2f} GB/s")
     print(f"op time variation (coefficient, within an iteration): {op_time_variation(capture):.3f}")
+    if "post_s" in capture:  # captures before session 59 did not time the posts
+        print("sender's post / one-way time by message size: " + ", ".join(
+            f"{int(nbytes)} B {capture['post_s'][nbytes] * 1e6:.0f} / {seconds * 1e6:.0f} us"
+            for nbytes, seconds in capture["one_way_s"].items()))
     rows = compare(capture)
     print(f"{'':30} {'iteration ms':^31} | {'bubble':^13} | {'gain over 1F1B':^23}")
     print(f"{'schedule':22} {'m':>3} {'D':>3} {'measured':>9} {'median':>10} {'varied':>10} | "
