@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from simhpc.engine import Simulation, Track
+from simhpc.engine.recorder import CounterSeries
 from simhpc.network.topology import Topology
 
 
@@ -34,7 +35,8 @@ class LinkAccounting:
         self._carried: dict[tuple[int, ...], float] = {}
         self._capacity = topology.capacities
         self._tracks: list[Track | None] = [None] * count
-        self._busy = np.zeros(count, dtype=bool)
+        self._utilisation: list[CounterSeries | None] = [None] * count
+        self._busy = [False] * count
 
     def carried(self, path: tuple[int, ...], nbytes: float) -> None:
         """Count ``nbytes`` on every link of ``path`` (summed per path until read)."""
@@ -73,13 +75,16 @@ class LinkAccounting:
     def loads_changed(self, links: np.ndarray, loads: np.ndarray, now: float) -> None:
         """Record new link loads (bytes/s) at ``now``: utilisation samples and busy spans."""
         fractions = loads / self._capacity[links]
+        series_of, busy_now = self._utilisation, self._busy
         for link, fraction in zip(links.tolist(), fractions.tolist()):
-            name = self.topology.links[link].name
-            self.sim.trace.counter("network", name).sample(now, {"utilisation": fraction})
+            series = series_of[link]
+            if series is None:
+                series = series_of[link] = self.sim.trace.counter("network", self.topology.links[link].name)
+            series.sample(now, {"utilisation": fraction})
             busy = fraction > 0.0
-            if busy == self._busy[link]:
+            if busy == busy_now[link]:
                 continue
-            self._busy[link] = busy
+            busy_now[link] = busy
             track = self._track(link)
             if not busy:
                 track.spans[-1].end = now
@@ -88,7 +93,7 @@ class LinkAccounting:
 
     def close(self, now: float) -> None:
         """The run ends at ``now``: links still busy (flow mode) have their open spans end here."""
-        for link in np.flatnonzero(self._busy).tolist():
+        for link in [link for link, busy in enumerate(self._busy) if busy]:
             self._busy[link] = False
             spans = self._track(link).spans
             spans[-1].end = max(spans[-1].end, now)
