@@ -313,8 +313,16 @@ class Topology:
     # -- routing ------------------------------------------------------------------------------
 
     def _walk(self, src: str, dst: str, spread: int) -> list[int]:
-        """Links of the chosen least-cost path, found by walking back over the predecessors."""
-        tree = self._tree(src)
+        """Links of the chosen least-cost path, found by walking back over the predecessors.
+
+        Inside one machine (a device to its gateway) the search stops once it reaches ``dst``: its
+        few hops do not need the whole network's tree, and the predecessors of the nodes on the
+        way are the same (each is settled before ``dst``, after all of its own predecessors).
+        """
+        if self._machine[src] == self._machine[dst] and src not in self._trees:
+            tree = self._search(src, dst)
+        else:
+            tree = self._tree(src)
         if dst not in tree:
             raise ValueError(f"topology {self.name!r}: no route from {src!r} to {dst!r}")
         links: list[int] = []
@@ -356,8 +364,9 @@ class Topology:
             self._trees.popitem(last=False)
         return tree
 
-    def _search(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
-        """Dijkstra from ``src`` over (cost, hops) labels, keeping every equal-cost predecessor."""
+    def _search(self, src: str, target: str | None = None) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Dijkstra from ``src`` over (cost, hops) labels, keeping every equal-cost predecessor;
+        with ``target``, only until it is settled (complete for the nodes settled by then)."""
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
         preds: dict[str, list[tuple[str, int]]] = {src: []}
         done: set[str] = set()
@@ -368,6 +377,8 @@ class Topology:
             if node in done:
                 continue
             done.add(node)
+            if node == target:
+                break
             if node != src and not self._transit[node]:
                 continue
             for nxt, index in self._adjacency[node]:
