@@ -129,13 +129,22 @@ class _Slices:
         return round((start + end) / 2, 3)
 
 
+_BATCH = 10_000
+"""Events encoded and written at a time."""
+
+
 def write_chrome_trace(recorder: TraceRecorder, path: str | Path, metadata: dict[str, Any] | None = None) -> None:
-    """Write the run's trace as Chrome Trace Event JSON (``displayTimeUnit``: ns)."""
-    document = {
-        "traceEvents": chrome_events(recorder),
-        "displayTimeUnit": "ns",
-        "otherData": metadata or {},
-    }
+    """Write the run's trace as Chrome Trace Event JSON (``displayTimeUnit``: ns).
+
+    The events go out in batches, each event through the C encoder (``json.dump`` encodes in
+    Python, 3x slower): the bytes ``json.dump`` writes, without a second copy of the whole trace.
+    """
+    events = chrome_events(recorder)
+    encode = json.JSONEncoder(separators=(",", ":")).encode
     with Path(path).open("w", encoding="utf-8") as handle:
-        json.dump(document, handle, separators=(",", ":"), sort_keys=False)
-        handle.write("\n")
+        handle.write('{"traceEvents":[')
+        for first in range(0, len(events), _BATCH):
+            if first:
+                handle.write(",")
+            handle.write(",".join(map(encode, events[first:first + _BATCH])))
+        handle.write(f'],"displayTimeUnit":"ns","otherData":{encode(metadata or {})}}}\n')
