@@ -364,3 +364,27 @@ def test_a_single_link_node_shares_its_neighbours_search(build) -> None:
     topo = build()
     for node in topo.nodes:
         assert topo._tree(node) == topo._search(node), node
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+def test_a_search_that_stops_at_its_end_finds_the_whole_trees_path(ecmp: bool) -> None:
+    """Inside a machine the route search stops once it reaches the destination: every pair of its
+    nodes (GPUs, switches, NICs, the host) gets the path the whole network's tree gives, ECMP's
+    choice among equal-cost hops included, or no route where the tree has none."""
+
+    def walk(src: str, dst: str) -> tuple[int, ...] | None:
+        try:
+            return tuple(topo._walk(src, dst, topo._ordinal[dst]))
+        except ValueError:
+            return None
+
+    topo = dgx(nodes=3, nics=4, ecmp=ecmp)
+    machine = [node for node in topo.nodes if node.startswith("n1.")]
+    routed = 0
+    for src, dst in itertools.permutations(machine, 2):
+        topo._trees.clear()
+        stopped = walk(src, dst)
+        topo._tree(src)  # the whole tree, cached: _walk takes it
+        assert walk(src, dst) == stopped
+        routed += stopped is not None
+    assert routed > len(machine) ** 2 / 2
