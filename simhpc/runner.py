@@ -65,7 +65,8 @@ def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulatio
             topology = scenario.network.topology.build(catalog)
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
-        network = Network(sim, topology, mode=scenario.network.mode)
+        network = Network(sim, topology, mode=scenario.network.mode,
+                          utilisation_counters=scenario.outputs.trace)  # only trace.json shows them
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]

@@ -170,6 +170,23 @@ def test_recording_can_be_switched_off() -> None:
     assert network.link_bytes.sum() == 2e8
 
 
+def test_a_run_without_a_trace_skips_the_utilisation_counters_and_nothing_else() -> None:
+    """Only trace.json shows the links' utilisation counters: a run that writes no trace records
+    none, with the same summary and the same link spans (metrics.csv's utilisation)."""
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import load_scenario
+    from tests.conftest import ROOT
+
+    runs = {trace: simulate(load_scenario(ROOT / "scenarios" / "alltoall_fat_tree.yaml", [f"outputs.trace={trace}"]))
+            for trace in ("true", "false")}
+    network = {trace: [s for s in run.sim.trace.counters if s.process == "network"] for trace, run in runs.items()}
+    assert network["true"] and not network["false"]
+    assert runs["true"].summary == runs["false"].summary
+    spans = {trace: [(t.label, [(s.start, s.end) for s in t.spans]) for t in run.sim.trace.tracks]
+             for trace, run in runs.items()}
+    assert spans["true"] == spans["false"]
+
+
 def test_rejects_bad_input() -> None:
     sim = Simulation()
     topo = single_switch(2, B, LAT)

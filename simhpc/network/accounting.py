@@ -24,12 +24,14 @@ class LinkAccounting:
         sim: the simulation whose trace receives the records.
         topology: the links accounted.
         record: record busy spans and utilisation counters in the trace.
+        counters: with ``record``, the utilisation counters too.
     """
 
-    def __init__(self, sim: Simulation, topology: Topology, record: bool = True) -> None:
+    def __init__(self, sim: Simulation, topology: Topology, record: bool = True, counters: bool = True) -> None:
         self.sim = sim
         self.topology = topology
         self.record = record
+        self.counters = counters
         count = len(topology.links)
         self._bytes = np.zeros(count)
         self._carried: dict[tuple[int, ...], float] = {}
@@ -75,12 +77,13 @@ class LinkAccounting:
     def loads_changed(self, links: np.ndarray, loads: np.ndarray, now: float) -> None:
         """Record new link loads (bytes/s) at ``now``: utilisation samples and busy spans."""
         fractions = loads / self._capacity[links]
-        series_of, busy_now = self._utilisation, self._busy
+        series_of, busy_now, counters = self._utilisation, self._busy, self.counters
         for link, fraction in zip(links.tolist(), fractions.tolist()):
-            series = series_of[link]
-            if series is None:
-                series = series_of[link] = self.sim.trace.counter("network", self.topology.links[link].name)
-            series.sample(now, {"utilisation": fraction})
+            if counters:
+                series = series_of[link]
+                if series is None:
+                    series = series_of[link] = self.sim.trace.counter("network", self.topology.links[link].name)
+                series.sample(now, {"utilisation": fraction})
             busy = fraction > 0.0
             if busy == busy_now[link]:
                 continue

@@ -48,17 +48,20 @@ class Network:
         mode: ``"analytic"`` (alpha-beta; a batch's messages share their end links, nothing
             else contends) or ``"flow"`` (max-min fair sharing of every link).
         record_links: record link busy spans and utilisation counters in the trace.
+        utilisation_counters: with ``record_links``, also the utilisation counters (flow mode; only
+            the Chrome trace shows them: a run that writes none can skip them, its outputs the same).
     """
 
     def __init__(
-        self, sim: Simulation, topology: Topology, mode: str = "analytic", *, record_links: bool = True
+        self, sim: Simulation, topology: Topology, mode: str = "analytic", *, record_links: bool = True,
+        utilisation_counters: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"network mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.sim = sim
         self.topology = topology
         self.mode = mode
-        self.accounting = LinkAccounting(sim, topology, record_links)
+        self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters)
         self._flows = FlowModel(sim, self.accounting) if mode == "flow" else None
         self.transfers = 0
         """Transfers issued."""
