@@ -53,8 +53,12 @@ def default_cost_model() -> CostModel:
         return CostModel()
 
 
-def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulation, Workload]:
-    """Create the simulation, network and workload of ``scenario`` (nothing runs yet)."""
+def build(
+    scenario: ScenarioBase, source: str = "<scenario>", *, trace: bool | None = None
+) -> tuple[Simulation, Workload]:
+    """Create the simulation, network and workload of ``scenario`` (nothing runs yet). ``trace``:
+    whether trace.json will be written (default: ``outputs.trace``); without it the links'
+    utilisation counters, which only the trace shows, are not recorded."""
     sim = Simulation(scenario.seed)
     catalog = scenario_catalog(scenario, source)
     network, node = None, None
@@ -66,7 +70,7 @@ def build(scenario: ScenarioBase, source: str = "<scenario>") -> tuple[Simulatio
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
         network = Network(sim, topology, mode=scenario.network.mode,
-                          utilisation_counters=scenario.outputs.trace)  # only trace.json shows them
+                          utilisation_counters=scenario.outputs.trace if trace is None else trace)
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]
@@ -81,15 +85,17 @@ def simulate(
     scenario: ScenarioBase,
     source: str = "<scenario>",
     monitor: Callable[[Simulation], AbstractContextManager[Any]] | None = None,
+    *,
+    trace: bool | None = None,
 ) -> RunResult:
     """Run ``scenario`` to completion (or ``outputs.max_time``) and summarise it.
 
     A simulated out-of-memory ends the run early and is reported in the summary
     (``status: "oom"``), not raised. ``monitor(sim)`` (a progress display, say) is entered
-    around the simulation.
+    around the simulation. ``trace``: as for :func:`build`.
     """
     started = time.perf_counter()
-    sim, workload = build(scenario, source)
+    sim, workload = build(scenario, source, trace=trace)
     workload.start()
     status, error = "ok", None
     try:

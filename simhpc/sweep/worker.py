@@ -54,7 +54,7 @@ def run_point(data: dict[str, Any], source: str, outdir: str | None = None) -> R
     try:
         scenario = scenario_from_dict(data, source)
         key = run_key(scenario)
-        result = simulate(scenario, source)
+        result = simulate(scenario, source, trace=outdir is not None and scenario.outputs.trace)
         summary = json.loads(json.dumps(result.summary, sort_keys=True))
         if outdir is not None:
             write_outputs(result, Path(outdir) / key, scenario)
