@@ -188,9 +188,11 @@ def random_plan(rng: random.Random, p: int, stages: int, m: int) -> PipelinePlan
 def test_the_deadlock_check_is_exact(seed: int) -> None:
     """On random plans (valid when overlapped: about half deadlock at a rendezvous) the rendezvous
     check passes exactly when the engine runs every op; where it runs, under every mode, the
-    engine's times are the closed form's."""
+    engine's times are the closed form's, and each mode's waits only add: overlapped <= blocking
+    <= rendezvous."""
     rng = random.Random(seed)
     plan = random_plan(rng, rng.choice((2, 3, 4)), rng.randrange(2, 7), rng.randrange(1, 6))
+    makespans = []
     for mode in MODES:
         _, executor = execute(plan, mode, 0.25)
         try:
@@ -200,3 +202,5 @@ def test_the_deadlock_check_is_exact(seed: int) -> None:
             continue
         assert executor.iterations_done == 1
         assert executor.iteration_times[0] == pytest.approx(reference.makespan, abs=1e-9)
+        makespans.append(reference.makespan)
+    assert makespans == sorted(makespans)
