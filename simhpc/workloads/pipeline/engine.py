@@ -252,9 +252,12 @@ class PipelineExecutor:
         sending: Op | None = None  # waiting senders: the consumer of the previous op's output
         for index, op in enumerate(ops):
             kind, j, s = op
-            if remote[op] or sending is not None:
-                yield from self._wait_for([c for c in (op if remote[op] else None, sending) if c is not None], d, waits)
+            awaited = [op] if remote[op] else []
+            if sending is not None:
+                awaited.append(sending)
                 sending = None
+            if awaited:
+                yield from self._wait_for(awaited, d, waits)
             if kind == FORWARD or (kind == BACKWARD and rebuilt):
                 what = "activations of" if kind == FORWARD else "activations recomputed by"
                 try:
