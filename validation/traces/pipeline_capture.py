@@ -8,9 +8,9 @@ ends. An op's output goes to the other process through shared memory (:class:`Ma
 producer copies it in, the consumer spins until it is there). The producer's copy takes nearly all
 of a transfer's one-way time (measured beside the runs: ``post_s`` against ``one_way_s``), so the
 sender waits for its transfer while the receiver computes on: the simulation's ``p2p: blocking``.
-Every stage computes its input's gradient, the first
-one too, so that the stages are identical as in the simulator's uniform model. The plans run
-round by round (every plan once, then again), so the host's drift falls on all of them alike.
+Every stage computes its input's gradient, the first one too, so that the stages are identical as
+in the simulator's uniform model. The plans run round by round (every plan once, then again), so
+the host's drift falls on all of them alike.
 
 What the simulator is given (:func:`model_figures`), and nothing else of the runs:
 

@@ -69,6 +69,11 @@ class BlockingSends:
         return self.previous.get(consumer) if self.rendezvous and consumer is not None else None
 
 
+def waiting_senders(plan: PipelinePlan, p2p: P2P) -> BlockingSends | None:
+    """Who waits for whom in ``plan`` under ``p2p`` (None: overlapped, no sender waits)."""
+    return None if p2p == "overlapped" else BlockingSends(plan, rendezvous=p2p == "rendezvous")
+
+
 def blocking_order(plan: PipelinePlan, sends: BlockingSends) -> list[Op]:
     """All ops of ``plan`` in an order that respects dependencies, device lists and waiting senders:
     an op comes after its inputs and after the op that posts the receive of its device's last send.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simhpc.policies.pipeline.blocking import P2P, BlockingSends, blocking_order
+from simhpc.policies.pipeline.blocking import P2P, blocking_order, waiting_senders
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
 
 
@@ -62,7 +62,7 @@ def plan_timing(
     busy = [0.0] * plan.devices
     device_of = {op: device for device, ops in enumerate(plan.ops) for op in ops}
     last = plan.stages - 1
-    sends = BlockingSends(plan, rendezvous=p2p == "rendezvous") if p2p != "overlapped" else None
+    sends = waiting_senders(plan, p2p)
     for op in blocking_order(plan, sends) if sends else plan.topological_order():
         device = device_of[op]
         ready = posted = free[device]  # a rendezvous: the receive of op's input is posted as the previous op ends

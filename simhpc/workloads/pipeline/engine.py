@@ -58,7 +58,7 @@ import simpy
 from simhpc.engine import Simulation, Track
 from simhpc.errors import SimulatedOOM
 from simhpc.hardware.devices import Device
-from simhpc.policies.pipeline.blocking import P2P, BlockingSends
+from simhpc.policies.pipeline.blocking import P2P, waiting_senders
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
 
@@ -138,7 +138,7 @@ class PipelineExecutor:
         self._sigma = math.sqrt(math.log1p(variation * variation))
         """Standard deviation of the log of an op's time factor (lognormal of median 1, CV ``variation``)."""
         self._rngs = [sim.rng(f"{stream}.d{d}") for d in range(plan.devices)] if variation > 0 else []
-        self._sends = BlockingSends(plan, rendezvous=p2p == "rendezvous") if p2p != "overlapped" else None
+        self._sends = waiting_senders(plan, p2p)
         """With waiting senders, who waits for whom (None: overlapped transfers)."""
         self._last_pass = WEIGHT if plan.split_backward else BACKWARD
         """The pass that ends a micro-batch on a stage: frees its stash, completes its gradients."""
