@@ -4,7 +4,8 @@ What must hold: the SimPy engine gives the closed form's times under every mode;
 follows its textbook cost, each transfer on the fill and drain only when overlapped and on every
 step when the sender waits ((m+p-1)(F+B) + 2(m+p-2)c); with free transfers a waiting sender costs
 nothing, and GPipe and 1F1B (Megatron's non-interleaved order) lose nothing to a rendezvous either;
-a plan whose sends wait for receives posted too late deadlocks, and the scenario says so.
+a plan whose sends wait for receives posted too late deadlocks, and the scenario says so; on random
+plans the deadlock check is exact and each mode's waits only add to the last's.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def execute(plan: PipelinePlan, mode: str, seconds_per_byte: float) -> tuple[Sim
 
 
 def durations(plan: PipelinePlan):
-    seconds = {FORWARD: 1.0, "B": 1.0 if plan.split_backward else 2.0, WEIGHT: 1.0}
+    seconds = {FORWARD: 1.0, BACKWARD: 1.0 if plan.split_backward else 2.0, WEIGHT: 1.0}
     return lambda op: seconds[op.kind]
 
 
