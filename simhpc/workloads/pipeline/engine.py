@@ -58,7 +58,7 @@ import simpy
 from simhpc.engine import Simulation, Track
 from simhpc.errors import SimulatedOOM
 from simhpc.hardware.devices import Device
-from simhpc.policies.pipeline.blocking import P2P, waiting_senders
+from simhpc.policies.pipeline.blocking import P2P, consumer_of, waiting_senders
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
 
@@ -296,19 +296,10 @@ class PipelineExecutor:
     def _deliver(self, op: Op, d: int) -> Op | None:
         """Hand ``op``'s output to the op that consumes it on another device; with waiting senders,
         return that consumer (the sender waits for its input to arrive)."""
-        kind, j, s = op
-        if kind == FORWARD:
-            if s + 1 >= self.plan.stages:
-                return None
-            consumer = Op(FORWARD, j, s + 1)
-            nbytes = self.costs.boundary_bytes[s]
-        else:
-            if s == 0:
-                return None
-            consumer = Op(BACKWARD, j, s - 1)
-            nbytes = self.costs.boundary_bytes[s - 1]
-        if not self._remote[consumer]:
+        consumer = consumer_of(op, self.plan.stages)
+        if consumer is None or not self._remote[consumer]:
             return None
+        nbytes = self.costs.boundary_bytes[min(op.stage, consumer.stage)]  # the boundary between them
         if self._sends is not None:
             self.sim.env.process(self._blocking_transfer(op, consumer, d, nbytes))
             return consumer
