@@ -27,6 +27,8 @@ def execute(plan: PipelinePlan, costs: StageCosts, send=None, capacity: float = 
 def spans_by_op(sim: Simulation) -> dict[Op, tuple[float, float]]:
     result = {}
     for track in sim.trace.tracks:
+        if track.thread != "compute":  # the "p2p wait" threads show waits, not ops
+            continue
         for span in track.spans:
             op = Op(span.name[0], span.args["micro_batch"], span.args["stage"])
             assert op not in result, f"{op} ran twice"

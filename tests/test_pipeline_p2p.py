@@ -78,10 +78,51 @@ def test_the_engine_gives_the_closed_form_times(schedule, p: int, m: int, mode: 
     assert executor.iteration_times[0] == pytest.approx(reference.makespan, abs=1e-9)
     assert executor.bubble_fractions()[0] == pytest.approx(reference.bubble_fraction, abs=1e-9)
     starts = {Op(span.name[0], span.args["micro_batch"], span.args["stage"]): span.start
-              for track in sim.trace.tracks for span in track.spans}
+              for track in sim.trace.tracks if track.thread == "compute" for span in track.spans}
     assert starts.keys() == reference.start.keys()
     assert all(starts[op] == pytest.approx(reference.start[op], abs=1e-9) for op in starts)
     assert 0 < executor.transfer_wait_fractions()[0] < executor.bubble_fractions()[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seconds_per_byte", [0.0, 0.25])
+@pytest.mark.parametrize(("schedule", "p", "m"), [
+    (GPIPE, 4, 7),
+    (ONE_F_ONE_B, 8, 16),
+    (Chimera(Chimera.Params(kind="chimera")), 4, 8),
+    (Prt(Prt.Params(kind="prt", k=2, direction="bi")), 4, 4),
+    (ZeroBubbleH1(ZeroBubbleH1.Params(kind="zb-h1")), 4, 8),
+])
+def test_the_trace_shows_every_wait_between_a_devices_ops(schedule, p: int, m: int, seconds_per_byte: float,
+                                                          mode: str) -> None:
+    """Each device's ``compute`` and ``p2p wait`` threads tile its time from the iteration's start to
+    its last op's end (and with waiting senders, its last send's arrival): an op starts late only
+    for a transfer, so every gap is a wait; the waits' in-flight parts add up to its transfer wait."""
+    plan = schedule.plan(p, m)
+    sim, executor = execute(plan, mode, seconds_per_byte)
+    threads: dict[str, dict[str, list]] = {}
+    for track in sim.trace.tracks:
+        threads.setdefault(track.process, {})[track.thread] = track.spans
+    assert len(threads) == p
+    for d in range(p):
+        spans = threads[f"gpu{d}"]
+        assert set(spans) <= {"compute", "p2p wait"}
+        waits = spans.get("p2p wait", [])
+        assert {span.category for span in waits} <= {"p2p_dependency", "p2p_transfer"}
+        timeline = sorted(spans["compute"] + waits, key=lambda span: span.start)
+        assert timeline[0].start == 0.0
+        for before, after in itertools.pairwise(timeline):
+            assert after.start == pytest.approx(before.end, abs=1e-12), (d, before, after)
+        in_flight = sum(span.duration for span in waits if span.category == "p2p_transfer")
+        assert in_flight == pytest.approx(executor.transfer_waits[0][d], abs=1e-12)
+        if seconds_per_byte == 0:
+            assert in_flight == 0
+    received = [span for process in threads.values() for span in process.get("p2p wait", [])
+                if span.name.startswith("wait: recv")]
+    assert received, "some op waits for its input's producer"
+    if mode != "overlapped" and seconds_per_byte > 0:
+        assert any("send to" in span.name and span.category == "p2p_transfer"
+                   for process in threads.values() for span in process.get("p2p wait", []))
 
 
 @pytest.mark.parametrize(("p", "m", "forward", "backward", "transfer"), [

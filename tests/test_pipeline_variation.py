@@ -42,7 +42,8 @@ def run(schedule, p: int, m: int, variation: float, iterations: int) -> tuple[Pi
 def factors(sim: Simulation, v: int) -> list[float]:
     """Each op's time over its nominal one, from the trace."""
     nominal = {"forward": FORWARD_S / v, "backward": BACKWARD_S / v}
-    return [span.duration / nominal[span.category] for track in sim.trace.tracks for span in track.spans]
+    return [span.duration / nominal[span.category] for track in sim.trace.tracks
+            if track.thread == "compute" for span in track.spans]
 
 
 ONE_F_ONE_B = OneFOneB(OneFOneB.Params(kind="1f1b"))

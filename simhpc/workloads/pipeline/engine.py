@@ -22,6 +22,7 @@ produces it (a dependency: the pipeline's bubble) and then, once that op has end
 in flight: the *transfer wait*, the point-to-point communication the schedule leaves exposed
 (:meth:`PipelineExecutor.transfer_wait_fractions`). A sender that waits for its send counts the
 same way: its wait from the moment the transfers it waits for have all left is a transfer wait.
+The trace shows both kinds of wait on a ``p2p wait`` thread beside each device's ``compute`` stream.
 
 Memory: the weights, gradients and optimizer state of every stage a device hosts are allocated
 before the first iteration; a forward allocates its stage's activation stash when it starts and
@@ -71,6 +72,8 @@ the event firing when its gradients are reduced."""
 
 CATEGORY = {FORWARD: "forward", BACKWARD: "backward", WEIGHT: "weight"}
 """Trace category of each pass (the Gantt chart colours by it)."""
+WAIT_THREAD = "p2p wait"
+"""The trace thread beside each device's ``compute`` stream that shows its waits for transfers."""
 
 
 class PipelineExecutor:
@@ -152,6 +155,8 @@ class PipelineExecutor:
         self._posted: dict[Op, simpy.Event] = {}
         """Per consumer op on another device, with a rendezvous: fires when its receive is posted."""
         self._departed: dict[Op, float] = {}
+        self._wait_tracks: list[Track | None] = [None] * plan.devices
+        """Per device: its ``p2p wait`` track, made at its first wait."""
         """Per consumer op on another device: when its input's transfer left."""
         self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
         """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
@@ -291,7 +296,25 @@ class PipelineExecutor:
         asked = env.now
         arrivals = [self._arrival(consumer) for consumer in consumers]
         yield arrivals[0] if len(arrivals) == 1 else env.all_of(arrivals)
-        waits[d] += env.now - max(asked, *(self._departed[consumer] for consumer in consumers))
+        departed = max(asked, *(self._departed[consumer] for consumer in consumers))
+        waits[d] += env.now - departed
+        if env.now > asked:
+            self._record_wait(d, consumers, asked, departed)
+
+    def _record_wait(self, d: int, consumers: list[Op], asked: float, departed: float) -> None:
+        """Show device ``d``'s wait on its ``p2p wait`` track: from ``asked`` until the transfers
+        left (``p2p_dependency``: a producer still running, a receive not yet posted), then until
+        they arrived (``p2p_transfer``: the bytes in flight, the transfer wait)."""
+        track = self._wait_tracks[d]
+        if track is None:
+            track = self._wait_tracks[d] = self.sim.trace.track(self.streams[d].track.process, WAIT_THREAD)
+        what = " + ".join(("recv " if self.plan.device_of(consumer) == d else "send to ") + self._labels[consumer]
+                          for consumer in consumers)
+        args = {"iteration": self._iteration}
+        if departed > asked:
+            track.span(f"wait: {what}", asked, departed, "p2p_dependency", args)
+        if self.sim.env.now > departed:
+            track.span(f"in flight: {what}", departed, self.sim.env.now, "p2p_transfer", args)
 
     def _deliver(self, op: Op, d: int) -> Op | None:
         """Hand ``op``'s output to the op that consumes it on another device; with waiting senders,
