@@ -7,7 +7,7 @@ import pytest
 
 from simhpc.engine.recorder import TraceRecorder
 from simhpc.errors import SimhpcError
-from simhpc.report.gantt import pipeline_spans, plot_gantt
+from simhpc.report.gantt import in_flight_waits, pipeline_spans, plot_gantt
 from simhpc.runner import simulate
 from simhpc.scenario.loader import load_scenario
 from simhpc.trace.chrome import chrome_events, write_chrome_trace
@@ -56,11 +56,14 @@ def test_a_written_trace_reads_back_as_its_spans(tmp_path):
     recorder = simulate(load_scenario(scenario, ["workload.iterations=1"]), str(scenario)).sim.trace
     write_chrome_trace(recorder, tmp_path / "trace.json")
     read = read_chrome_trace(tmp_path / "trace.json")
-    original, again = pipeline_spans(recorder), pipeline_spans(read)
-    assert list(original) == list(again) and len(original) == 8
-    for device, spans in original.items():
-        assert [(s.name, s.category, s.args) for s in spans] == [(s.name, s.category, s.args) for s in again[device]]
-        assert all(abs(a.start - b.start) < 1e-9 and abs(a.end - b.end) < 1e-9 for a, b in zip(spans, again[device]))
+    for rows in (pipeline_spans, in_flight_waits):  # the ops, and the waits for bytes in flight
+        original, again = rows(recorder), rows(read)
+        assert list(original) == list(again) and len(original) == 8
+        for device, spans in original.items():
+            assert [(s.name, s.category, s.args) for s in spans] == [(s.name, s.category, s.args)
+                                                                     for s in again[device]]
+            assert all(abs(a.start - b.start) < 1e-9 and abs(a.end - b.end) < 1e-9
+                       for a, b in zip(spans, again[device]))
     plot_gantt(read, tmp_path / "gantt.png")
     assert (tmp_path / "gantt.png").stat().st_size > 0
     (tmp_path / "list.json").write_text('{"traceEvents": 3}')
