@@ -366,6 +366,44 @@ def test_a_single_link_node_shares_its_neighbours_search(build) -> None:
         assert topo._tree(node) == topo._search(node), node
 
 
+@pytest.mark.parametrize("build", [
+    lambda: single_switch(hosts=5, bandwidth=10 * GB, latency=1e-6),
+    lambda: fat_tree(hosts=24, hosts_per_leaf=4, bandwidth=10 * GB, latency=0.0),  # every path costs 0: hops decide
+    lambda: fat_tree(hosts=40, hosts_per_leaf=8, bandwidth=10 * GB, latency=1e-6, oversubscription=2.0),
+    lambda: dragonfly(groups=4, routers_per_group=3, hosts_per_router=2, bandwidth=10 * GB, latency=1e-6),
+    lambda: torus(dims=(4, 3, 2), bandwidth=10 * GB, latency=1e-6),
+    lambda: dgx(3, nics=4, fabric="fat_tree", nodes_per_leaf=2),
+    lambda: mixed_costs(),
+    lambda: mixed_costs(far=1e6),
+], ids=["single_switch", "fat_tree_free", "fat_tree", "dragonfly", "torus", "gpu_cluster", "mixed_costs",
+        "too_costly_for_floats"])
+def test_the_vectorised_tree_search_keeps_the_heaps_labels_and_ties(build) -> None:
+    """SciPy's Dijkstra plus the tight-link passes give, from every node, the heap search's
+    equal-cost predecessors of every node it reaches: the same routes, ECMP choices included."""
+    topo = build()
+    for node in topo.nodes:
+        assert dict(topo._search_all(node)) == topo._search(node), node
+    assert (topo._link_arrays() is None) == (topo.name == "far")  # a million seconds in femtoseconds: the heap
+
+
+def mixed_costs(far: float = 0.0) -> Topology:
+    """A ring of switches with hosts, latencies and routing costs of several sizes, zero ones
+    too, so that cheaper paths with more hops and equal-cost paths of unequal hops compete; with
+    ``far``, a link of that cost whose labels float64 would not add exactly."""
+    topo = Topology("far" if far else "mixed")
+    for i in range(8):
+        topo.add_switch(f"s{i}")
+        topo.add_endpoint(f"h{i}")
+        topo.connect(f"h{i}", f"s{i}", GB, 1e-6)
+    for i in range(8):
+        topo.connect(f"s{i}", f"s{(i + 1) % 8}", GB, (i % 3) * 1e-6, cost=(i % 3) * 1e-6)
+    topo.connect("s0", "s4", GB, 2e-6)
+    topo.connect("s2", "s6", GB, 0.0)
+    if far:
+        topo.connect("s1", "s5", GB, 1e-15, cost=far)
+    return topo
+
+
 @pytest.mark.parametrize("ecmp", [False, True])
 def test_a_search_that_stops_at_its_end_finds_the_whole_trees_path(ecmp: bool) -> None:
     """Inside a machine the route search stops once it reaches the destination: every pair of its

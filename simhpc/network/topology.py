@@ -22,11 +22,13 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import dijkstra
 
 _COST_QUANTUM = 1e-15
 """Routing costs are compared as integer multiples of this (femtoseconds), so equal-cost
@@ -34,6 +36,12 @@ paths tie exactly whatever order their latencies are added in."""
 
 _TREE_CACHE = 256
 """Shortest-path trees kept per topology (least recently used are dropped)."""
+
+_EXACT_FLOAT = 2**53
+"""Integers below this add exactly in float64, as SciPy's Dijkstra sums path costs."""
+
+Predecessors = tuple[tuple[str, int], ...]
+"""A node's equal-cost predecessors on the way from a source: (node, link index), sorted."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,8 @@ class Topology:
         self._adjacency: dict[str, list[tuple[str, int]]] = {}
         self._paths: dict[tuple[str, str], tuple[int, ...]] = {}
         self._routes: dict[tuple[str, str], Route] = {}
-        self._trees: OrderedDict[str, dict[str, tuple[tuple[str, int], ...]]] = OrderedDict()
+        self._trees: OrderedDict[str, Mapping[str, Predecessors]] = OrderedDict()
+        self._arrays: _LinkArrays | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -144,6 +153,7 @@ class Topology:
         self._ordinal[name] = len(self._ordinal)
         self._machine[name] = machine
         self._adjacency[name] = []
+        self._arrays = None
 
     def connect(
         self, a: str, b: str, bandwidth: float, latency: float, *, cost: float | None = None
@@ -182,6 +192,7 @@ class Topology:
         )
         self._forget_routes()
         self._trees.clear()
+        self._arrays = None
         return pair
 
     def _add_link(self, src: str, dst: str, bandwidth: float, latency: float, cost: float) -> Link:
@@ -315,11 +326,13 @@ class Topology:
     def _walk(self, src: str, dst: str, spread: int) -> list[int]:
         """Links of the chosen least-cost path, found by walking back over the predecessors.
 
-        Inside one machine (a device to its gateway) the search stops once it reaches ``dst``: its
-        few hops do not need the whole network's tree, and the predecessors of the nodes on the
-        way are the same (each is settled before ``dst``, after all of its own predecessors).
+        From an endpoint to a node of its own machine (a device to its gateway) the search stops
+        once it reaches ``dst``: its few hops do not need the whole network's tree, and the
+        predecessors of the nodes on the way are the same (each is settled before ``dst``, after
+        all of its own predecessors). From a switch or NIC, whose search spreads over the fabric
+        before it settles a device behind it, the whole tree is searched (and cached).
         """
-        if self._machine[src] == self._machine[dst] and src not in self._trees:
+        if not self._transit[src] and self._machine[src] == self._machine[dst] and src not in self._trees:
             tree = self._search(src, dst)
         else:
             tree = self._tree(src)
@@ -338,7 +351,7 @@ class Topology:
         links.reverse()
         return links
 
-    def _tree(self, src: str) -> dict[str, tuple[tuple[str, int], ...]]:
+    def _tree(self, src: str) -> Mapping[str, Predecessors]:
         """Equal-cost predecessors (node, link) of every node reachable from ``src``, by name (cached).
 
         A node whose single outgoing link leads to a node with several (a host under its leaf
@@ -354,17 +367,61 @@ class Topology:
         out = self._adjacency[src]
         via, index = out[0] if len(out) == 1 else (src, -1)
         if via != src and self._transit[via] and len(self._adjacency[via]) > 1:
-            tree = dict(self._tree(via))
-            tree[via] = ((src, index),)
-            tree[src] = ()
+            tree = _FirstHop(self._tree(via), src, via, index)
         else:
-            tree = self._search(src)
+            tree = self._search_all(src)
         self._trees[src] = tree
         if len(self._trees) > _TREE_CACHE:
             self._trees.popitem(last=False)
         return tree
 
-    def _search(self, src: str, target: str | None = None) -> dict[str, tuple[tuple[str, int], ...]]:
+    def _search_all(self, src: str) -> Mapping[str, Predecessors]:
+        """:meth:`_search`'s tree from ``src`` over the whole network, by SciPy's Dijkstra.
+
+        The least-cost labels come from :func:`scipy.sparse.csgraph.dijkstra`, exact: the integer
+        costs, divided by their greatest common divisor, add exactly in float64 while the largest
+        times the node count is below 2**53 (past it :meth:`_search` runs instead). A least-cost
+        path uses only *tight* links (``cost[u] + c == cost[v]``), so the fewest hops among them
+        is the breadth-first depth over tight links, and the predecessors kept are the tight links
+        one hop shallower: the labels and equal-label predecessors of the search, found by
+        vectorised passes instead of a Python heap.
+        """
+        arrays = self._link_arrays()
+        if arrays is None:
+            return self._search(src)
+        s = self._ordinal[src]
+        expanded = arrays.relays | (arrays.src == s)  # only transit nodes (and the source) pass traffic on
+        tails, heads, costs, links = arrays.src[expanded], arrays.dst[expanded], arrays.cost[expanded], \
+            arrays.index[expanded]
+        size = len(arrays.names)
+        cost = dijkstra(csr_array((costs, (tails, heads)), shape=(size, size)), indices=s)
+        tight = np.isfinite(cost[tails]) & (cost[tails] + costs == cost[heads])
+        tails, heads, links = tails[tight], heads[tight], links[tight]
+        hops = dijkstra(csr_array((np.ones(len(tails)), (tails, heads)), shape=(size, size)), indices=s,
+                        unweighted=True)
+        kept = hops[tails] + 1 == hops[heads]
+        tails, heads, links = tails[kept], heads[kept], links[kept]
+        order = np.lexsort((links, arrays.name_rank[tails], heads))
+        return _Tree(arrays.names, self._ordinal, np.isfinite(cost), heads[order], tails[order], links[order])
+
+    def _link_arrays(self) -> _LinkArrays | None:
+        """The links as arrays for :meth:`_search_all` (cached; None when costs could add inexactly)."""
+        if self._arrays is None:
+            names = list(self._ordinal)
+            ordinal = self._ordinal
+            src = np.fromiter((ordinal[link.src] for link in self.links), np.int64, len(self.links))
+            dst = np.fromiter((ordinal[link.dst] for link in self.links), np.int64, len(self.links))
+            transit = np.fromiter((self._transit[name] for name in names), bool, len(names))
+            rank = np.empty(len(names), np.int64)
+            rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+            unit = math.gcd(*self._cost) or 1  # costs in units of their greatest common divisor: smaller sums
+            costs = [cost // unit for cost in self._cost]
+            exact = max(costs, default=0) * len(names) < _EXACT_FLOAT  # bounds every label the search forms
+            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), np.arange(len(self.links)),
+                                       transit[src], rank, exact)
+        return self._arrays if self._arrays.exact else None
+
+    def _search(self, src: str, target: str | None = None) -> dict[str, Predecessors]:
         """Dijkstra from ``src`` over (cost, hops) labels, keeping every equal-cost predecessor;
         with ``target``, only until it is settled (complete for the nodes settled by then)."""
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
@@ -391,3 +448,72 @@ class Topology:
                 elif label == known:
                     preds[nxt].append((node, index))
         return {node: tuple(sorted(choices)) for node, choices in preds.items()}
+
+
+@dataclass(frozen=True)
+class _LinkArrays:
+    """The links of a topology as arrays (node ordinals), for the vectorised tree search."""
+
+    names: list[str]
+    src: np.ndarray
+    dst: np.ndarray
+    cost: np.ndarray
+    index: np.ndarray
+    relays: np.ndarray
+    """Per link: whether its tail passes traffic on (a transit node)."""
+    name_rank: np.ndarray
+    """Per node: its place among the names sorted, the predecessors' order."""
+    exact: bool
+
+
+class _Tree(Mapping[str, Predecessors]):
+    """The equal-cost predecessors of every node reached from a source, kept as arrays grouped by
+    node and turned into :data:`Predecessors` only for the nodes a route walks through."""
+
+    def __init__(self, names: list[str], ordinal: dict[str, int], reached: np.ndarray, heads: np.ndarray,
+                 tails: np.ndarray, links: np.ndarray) -> None:
+        self._names = names
+        self._ordinal = ordinal
+        self._reached = reached
+        self._starts = np.searchsorted(heads, np.arange(len(names) + 1)).tolist()
+        self._tails = tails.tolist()
+        self._links = links.tolist()
+
+    def __getitem__(self, node: str) -> Predecessors:
+        i = self._ordinal.get(node)
+        if i is None or not self._reached[i]:
+            raise KeyError(node)
+        names, first, last = self._names, self._starts[i], self._starts[i + 1]
+        return tuple((names[tail], link) for tail, link in zip(self._tails[first:last], self._links[first:last]))
+
+    def __contains__(self, node: object) -> bool:
+        i = self._ordinal.get(node) if isinstance(node, str) else None
+        return i is not None and bool(self._reached[i])
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._names[i] for i in np.flatnonzero(self._reached))
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._reached))
+
+
+class _FirstHop(Mapping[str, Predecessors]):
+    """The tree of a node whose one link leads to ``via``: ``via``'s tree with that hop first."""
+
+    def __init__(self, tree: Mapping[str, Predecessors], src: str, via: str, index: int) -> None:
+        self._tree = tree
+        self._own = {via: ((src, index),), src: ()}
+
+    def __getitem__(self, node: str) -> Predecessors:
+        own = self._own.get(node)
+        return own if own is not None else self._tree[node]
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._own or node in self._tree
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._own
+        yield from (node for node in self._tree if node not in self._own)
+
+    def __len__(self) -> int:
+        return len(self._own) + sum(node not in self._own for node in self._tree)
