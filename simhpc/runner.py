@@ -54,11 +54,15 @@ def default_cost_model() -> CostModel:
 
 
 def build(
-    scenario: ScenarioBase, source: str = "<scenario>", *, trace: bool | None = None
+    scenario: ScenarioBase, source: str = "<scenario>", *, trace: bool | None = None, timeline: bool | None = None
 ) -> tuple[Simulation, Workload]:
     """Create the simulation, network and workload of ``scenario`` (nothing runs yet). ``trace``:
     whether trace.json will be written (default: ``outputs.trace``); without it the links'
-    utilisation counters, which only the trace shows, are not recorded."""
+    utilisation counters, which only the trace shows, are not recorded. ``timeline``: whether
+    timeline.png will be (default: ``outputs.timeline``); with neither, each link keeps only the
+    count and time of its busy spans, which metrics.csv needs, not the spans."""
+    trace = scenario.outputs.trace if trace is None else trace
+    timeline = scenario.outputs.timeline if timeline is None else timeline
     sim = Simulation(scenario.seed)
     catalog = scenario_catalog(scenario, source)
     network, node = None, None
@@ -69,8 +73,8 @@ def build(
             topology = scenario.network.topology.build(catalog)
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
-        network = Network(sim, topology, mode=scenario.network.mode,
-                          utilisation_counters=scenario.outputs.trace if trace is None else trace)
+        network = Network(sim, topology, mode=scenario.network.mode, utilisation_counters=trace,
+                          link_spans=trace or timeline)
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]
@@ -87,15 +91,16 @@ def simulate(
     monitor: Callable[[Simulation], AbstractContextManager[Any]] | None = None,
     *,
     trace: bool | None = None,
+    timeline: bool | None = None,
 ) -> RunResult:
     """Run ``scenario`` to completion (or ``outputs.max_time``) and summarise it.
 
     A simulated out-of-memory ends the run early and is reported in the summary
     (``status: "oom"``), not raised. ``monitor(sim)`` (a progress display, say) is entered
-    around the simulation. ``trace``: as for :func:`build`.
+    around the simulation. ``trace``, ``timeline``: as for :func:`build`.
     """
     started = time.perf_counter()
-    sim, workload = build(scenario, source, trace=trace)
+    sim, workload = build(scenario, source, trace=trace, timeline=timeline)
     workload.start()
     status, error = "ok", None
     try:

@@ -25,13 +25,17 @@ class LinkAccounting:
         topology: the links accounted.
         record: record busy spans and utilisation counters in the trace.
         counters: with ``record``, the utilisation counters too.
+        spans: with ``record``, keep every busy span (False: their count and time only, as
+            metrics.csv needs: a :class:`~simhpc.engine.recorder.SpanTally` per link).
     """
 
-    def __init__(self, sim: Simulation, topology: Topology, record: bool = True, counters: bool = True) -> None:
+    def __init__(self, sim: Simulation, topology: Topology, record: bool = True, counters: bool = True,
+                 spans: bool = True) -> None:
         self.sim = sim
         self.topology = topology
         self.record = record
         self.counters = counters
+        self.spans = spans
         count = len(topology.links)
         self._bytes = np.zeros(count)
         self._carried: dict[tuple[int, ...], float] = {}
@@ -56,7 +60,7 @@ class LinkAccounting:
     def _track(self, link: int) -> Track:
         track = self._tracks[link]
         if track is None:
-            track = self.sim.trace.track("network", self.topology.links[link].name)
+            track = self.sim.trace.track("network", self.topology.links[link].name, tally=not self.spans)
             self._tracks[link] = track
         return track
 

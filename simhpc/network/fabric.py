@@ -50,18 +50,20 @@ class Network:
         record_links: record link busy spans and utilisation counters in the trace.
         utilisation_counters: with ``record_links``, also the utilisation counters (flow mode; only
             the Chrome trace shows them: a run that writes none can skip them, its outputs the same).
+        link_spans: with ``record_links``, keep every busy span (trace.json and timeline.png draw
+            them); False keeps their count and time per link, all metrics.csv needs.
     """
 
     def __init__(
         self, sim: Simulation, topology: Topology, mode: str = "analytic", *, record_links: bool = True,
-        utilisation_counters: bool = True,
+        utilisation_counters: bool = True, link_spans: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"network mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.sim = sim
         self.topology = topology
         self.mode = mode
-        self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters)
+        self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters, link_spans)
         self._flows = FlowModel(sim, self.accounting) if mode == "flow" else None
         self.transfers = 0
         """Transfers issued."""

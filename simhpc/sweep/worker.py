@@ -54,7 +54,9 @@ def run_point(data: dict[str, Any], source: str, outdir: str | None = None) -> R
     try:
         scenario = scenario_from_dict(data, source)
         key = run_key(scenario)
-        result = simulate(scenario, source, trace=outdir is not None and scenario.outputs.trace)
+        written = outdir is not None
+        result = simulate(scenario, source, trace=written and scenario.outputs.trace,
+                          timeline=written and scenario.outputs.timeline)
         summary = json.loads(json.dumps(result.summary, sort_keys=True))
         if outdir is not None:
             write_outputs(result, Path(outdir) / key, scenario)
