@@ -196,7 +196,7 @@ def test_a_run_that_draws_nothing_tallies_its_link_spans_with_the_same_metrics(s
                                                                               overrides: list[str]) -> None:
     """Without trace.json and timeline.png nothing draws the links' busy spans: each link keeps
     their count and time only, and metrics.csv and the summary come out the same to the bit."""
-    from simhpc.engine.recorder import SpanTally
+    from simhpc.network.accounting import LinkSpanTally
     from simhpc.report.metrics import track_metrics
     from simhpc.runner import simulate
     from simhpc.scenario.loader import load_scenario
@@ -208,11 +208,11 @@ def test_a_run_that_draws_nothing_tallies_its_link_spans_with_the_same_metrics(s
     assert runs["true"].summary == runs["false"].summary
     assert track_metrics(runs["true"].sim) == track_metrics(runs["false"].sim)
     links = [track for track in runs["false"].sim.trace.tracks if track.process == "network"]
-    assert links and all(isinstance(track.spans, SpanTally) for track in links)
+    assert links and all(isinstance(track.spans, LinkSpanTally) for track in links)
     assert sum(len(track.spans) for track in links) > len(links)  # links busy more than once
     with pytest.raises(TypeError, match="keeps only its last span"):
         list(links[0].spans)
-    assert not any(isinstance(track.spans, SpanTally) for track in runs["true"].sim.trace.tracks)
+    assert not any(isinstance(track.spans, LinkSpanTally) for track in runs["true"].sim.trace.tracks)
 
 
 def test_rejects_bad_input() -> None:

@@ -8,7 +8,7 @@ Times are simulated seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -28,7 +28,11 @@ class Span:
 
 @dataclass(slots=True)
 class Track:
-    """A timeline row: ``process`` is a node or device, ``thread`` a stream, lane or link."""
+    """A timeline row: ``process`` is a node or device, ``thread`` a stream, lane or link.
+
+    ``spans`` may instead be a tally that keeps only the last span, their count and time, where
+    nothing will draw them (:class:`~simhpc.network.accounting.LinkSpanTally`).
+    """
 
     index: int
     process: str
@@ -63,46 +67,9 @@ class Track:
 
     def busy_time(self) -> float:
         """Total busy time (spans never overlap on a track)."""
-        if isinstance(self.spans, SpanTally):
-            return self.spans.busy_time()
+        if not isinstance(self.spans, list):  # a tally of spans nothing draws (a link's)
+            return self.spans.busy_time()  # type: ignore[attr-defined]
         return sum(span.end - span.start for span in self.spans)
-
-
-class SpanTally:
-    """A track's spans where nothing will draw them (no trace.json, no timeline.png): the last
-    one, which may still be extended or cut, their count and the summed time of the others, all
-    ``metrics.csv`` needs. Only the last span can be read."""
-
-    __slots__ = ("_closed", "_count", "_last")
-
-    def __init__(self) -> None:
-        self._last: Span | None = None
-        self._count = 0
-        self._closed = 0.0
-
-    def append(self, span: Span) -> None:
-        if self._last is not None:
-            self._closed += self._last.end - self._last.start
-        self._last = span
-        self._count += 1
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, index: int) -> Span:
-        if self._last is None or index not in (-1, self._count - 1):
-            raise IndexError("a tallied track keeps only its last span")
-        return self._last
-
-    def __iter__(self) -> NoReturn:
-        raise TypeError("a tallied track keeps only its last span: record it in full to draw it")
-
-    def pop(self) -> NoReturn:
-        raise TypeError("a tallied track keeps only its last span: it cannot drop it")
-
-    def busy_time(self) -> float:
-        """The spans' total time, summed in the order they were recorded."""
-        return self._closed + (self._last.end - self._last.start if self._last is not None else 0.0)
 
 
 @dataclass(slots=True)
@@ -152,15 +119,12 @@ class TraceRecorder:
         self.instants: list[Instant] = []
         self.arrows: list[FlowArrow] = []
 
-    def track(self, process: str, thread: str, tally: bool = False) -> Track:
-        """The track for (process, thread), created on first use; with ``tally`` a new track
-        keeps only its last span, their count and time (:class:`SpanTally`)."""
+    def track(self, process: str, thread: str) -> Track:
+        """The track for (process, thread), created on first use."""
         key = (process, thread)
         track = self._tracks.get(key)
         if track is None:
             track = Track(len(self._tracks), process, thread)
-            if tally:
-                track.spans = SpanTally()  # type: ignore[assignment]
             self._tracks[key] = track
         return track
 

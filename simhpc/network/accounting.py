@@ -3,12 +3,14 @@
 Each directed link that carries traffic gets one trace track, ``("network", link.name)``, whose
 spans are the merged intervals the link was busy (spans never overlap), and in flow mode a
 counter series of the same name sampled with ``{"utilisation": fraction}`` whenever its load
-changes.
+changes. Where nothing will draw the spans (no trace.json, no timeline.png) each link's track
+holds a :class:`LinkSpanTally` instead: the last span, the spans' count and their summed time
+(what metrics.csv reads), kept in arrays over all links and updated a step at a time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -26,7 +28,7 @@ class LinkAccounting:
         record: record busy spans and utilisation counters in the trace.
         counters: with ``record``, the utilisation counters too.
         spans: with ``record``, keep every busy span (False: their count and time only, as
-            metrics.csv needs: a :class:`~simhpc.engine.recorder.SpanTally` per link).
+            metrics.csv needs: a :class:`LinkSpanTally` per link).
     """
 
     def __init__(self, sim: Simulation, topology: Topology, record: bool = True, counters: bool = True,
@@ -42,7 +44,9 @@ class LinkAccounting:
         self._capacity = topology.capacities
         self._tracks: list[Track | None] = [None] * count
         self._utilisation: list[CounterSeries | None] = [None] * count
-        self._busy = [False] * count
+        self._busy = np.zeros(count, dtype=bool)
+        """Per link: whether its load is above zero (flow mode)."""
+        self._tally = None if spans else _Tallies(count)
 
     def carried(self, path: tuple[int, ...], nbytes: float) -> None:
         """Count ``nbytes`` on every link of ``path`` (summed per path until read)."""
@@ -60,7 +64,10 @@ class LinkAccounting:
     def _track(self, link: int) -> Track:
         track = self._tracks[link]
         if track is None:
-            track = self.sim.trace.track("network", self.topology.links[link].name, tally=not self.spans)
+            track = self.sim.trace.track("network", self.topology.links[link].name)
+            if self._tally is not None:
+                track.spans = LinkSpanTally(self._tally, link)  # type: ignore[assignment]
+                self._tally.tracked[link] = True
             self._tracks[link] = track
         return track
 
@@ -69,6 +76,13 @@ class LinkAccounting:
 
         Starts must come in non-decreasing order (the simulated time a transfer is issued).
         """
+        tally = self._tally
+        if tally is not None:
+            for link in path:
+                if not tally.tracked[link]:
+                    self._track(link)
+                tally.cover(link, start, end)
+            return
         for link in path:
             track = self._track(link)
             spans = track.spans
@@ -79,31 +93,44 @@ class LinkAccounting:
                 track.span("busy", start, end, "network")
 
     def loads_changed(self, links: np.ndarray, loads: np.ndarray, now: float) -> None:
-        """Record new link loads (bytes/s) at ``now``: utilisation samples and busy spans."""
+        """Record new link loads (bytes/s) at ``now`` on ``links`` (distinct): utilisation samples,
+        and busy spans opened or closed where a link's load became or stopped being zero."""
         fractions = loads / self._capacity[links]
-        series_of, busy_now, counters = self._utilisation, self._busy, self.counters
-        for link, fraction in zip(links.tolist(), fractions.tolist()):
-            if counters:
+        if self.counters:
+            series_of = self._utilisation
+            for link, fraction in zip(links.tolist(), fractions.tolist()):
                 series = series_of[link]
                 if series is None:
                     series = series_of[link] = self.sim.trace.counter("network", self.topology.links[link].name)
                 series.sample(now, {"utilisation": fraction})
-            busy = fraction > 0.0
-            if busy == busy_now[link]:
-                continue
-            busy_now[link] = busy
+        busy = fractions > 0.0
+        flipped = busy != self._busy[links]
+        if not flipped.any():
+            return
+        links, busy = links[flipped], busy[flipped]
+        self._busy[links] = busy
+        if self._tally is not None:
+            opened = links[busy]
+            for link in opened[~self._tally.tracked[opened]].tolist():
+                self._track(link)
+            self._tally.flip(opened, links[~busy], now)
+            return
+        for link, now_busy in zip(links.tolist(), busy.tolist()):
             track = self._track(link)
-            if not busy:
+            if not now_busy:
                 track.spans[-1].end = now
             elif not track.spans or track.spans[-1].end < now:  # else: idle for no time, reopen
                 track.span("busy", now, now, "network")
 
     def close(self, now: float) -> None:
         """The run ends at ``now``: links still busy (flow mode) have their open spans end here."""
-        for link in [link for link, busy in enumerate(self._busy) if busy]:
-            self._busy[link] = False
-            spans = self._track(link).spans
-            spans[-1].end = max(spans[-1].end, now)
+        if self._tally is not None:
+            self._tally.close(np.flatnonzero(self._busy), now)
+        else:
+            for link in np.flatnonzero(self._busy).tolist():
+                spans = self._track(link).spans
+                spans[-1].end = max(spans[-1].end, now)
+        self._busy[:] = False
 
     def utilisation(self, makespan: float) -> np.ndarray:
         """Average utilisation of each link over ``[0, makespan]`` (bytes / capacity / time)."""
@@ -127,3 +154,100 @@ class LinkAccounting:
             for i in order.tolist()
             if carried[i] > 0
         ]
+
+
+class _Tallies:
+    """Per link: its busy spans' count, the summed time of all but the last, and the last's start
+    and end; whether its track exists."""
+
+    def __init__(self, links: int) -> None:
+        self.count = np.zeros(links, dtype=np.int64)
+        self.closed = np.zeros(links)
+        self.start = np.zeros(links)
+        self.end = np.zeros(links)
+        self.tracked = np.zeros(links, dtype=bool)
+
+    def cover(self, link: int, start: float, end: float) -> None:
+        """``link`` is busy over [start, end]: extend its last span if they touch, else open one."""
+        if self.count[link] and start <= self.end[link]:
+            if end > self.end[link]:
+                self.end[link] = end
+            return
+        if self.count[link]:
+            self.closed[link] += self.end[link] - self.start[link]
+        self.start[link], self.end[link] = start, end
+        self.count[link] += 1
+
+    def flip(self, opened: np.ndarray, idle: np.ndarray, now: float) -> None:
+        """At ``now`` the ``opened`` links became busy (a new span, unless the last ended now:
+        it goes on) and the ``idle`` ones stopped (their last span ends)."""
+        self.end[idle] = now
+        fresh = opened[(self.count[opened] == 0) | (self.end[opened] < now)]
+        ended = fresh[self.count[fresh] > 0]
+        self.closed[ended] += self.end[ended] - self.start[ended]
+        self.start[fresh] = now
+        self.end[fresh] = now
+        self.count[fresh] += 1
+
+    def close(self, busy: np.ndarray, now: float) -> None:
+        """The run ends at ``now``: the ``busy`` links' last spans end no earlier."""
+        self.end[busy] = np.maximum(self.end[busy], now)
+
+
+class LinkSpanTally:
+    """A link track's spans where nothing draws them: their count (``len``), their total time
+    (:meth:`busy_time`, summed in the order they ended, as a list's would be) and the last span
+    (``[-1]``, whose end can still be set). The others are not kept."""
+
+    __slots__ = ("_link", "_tallies")
+
+    def __init__(self, tallies: _Tallies, link: int) -> None:
+        self._tallies = tallies
+        self._link = link
+
+    def __len__(self) -> int:
+        return int(self._tallies.count[self._link])
+
+    def __getitem__(self, index: int) -> _LastSpan:
+        count = len(self)
+        if not count or index not in (-1, count - 1):
+            raise IndexError("a tallied link track keeps only its last span")
+        return _LastSpan(self._tallies, self._link)
+
+    def __iter__(self) -> NoReturn:
+        raise TypeError("a tallied link track keeps only its last span: build the run with a trace or timeline")
+
+    def pop(self) -> NoReturn:
+        raise TypeError("a tallied link track keeps only its last span: it cannot drop it")
+
+    def busy_time(self) -> float:
+        tallies, link = self._tallies, self._link
+        return float(tallies.closed[link] + (tallies.end[link] - tallies.start[link]))
+
+
+class _LastSpan:
+    """A tallied link's last busy span, read and cut in place."""
+
+    __slots__ = ("_link", "_tallies")
+    name = "busy"
+    category = "network"
+
+    def __init__(self, tallies: _Tallies, link: int) -> None:
+        self._tallies = tallies
+        self._link = link
+
+    @property
+    def start(self) -> float:
+        return float(self._tallies.start[self._link])
+
+    @property
+    def end(self) -> float:
+        return float(self._tallies.end[self._link])
+
+    @end.setter
+    def end(self, time: float) -> None:
+        self._tallies.end[self._link] = time
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
