@@ -4,7 +4,9 @@ replica per node of a flow-mode GPU cluster, each stage's gradients ring-all-red
 For 4, 16 and 64 nodes (32 to 512 GPUs) prints the wall time of building the run (planning and
 routing), of simulating it, the events and their rate, the trace's events, and the time to write
 ``trace.json`` with simhpc's writer against ``json.dump`` of the same document (the same bytes:
-checked), with their ratio.
+checked), with their ratio; then the time to simulate the same run when it draws nothing (no
+trace.json, no timeline.png: no utilisation counters, each link's busy spans tallied), as sweeps
+and large runs do, and the drawn run's simulation time over it.
 
     .venv/bin/python benchmarks/pipeline_replicas.py [--nodes 4 16 64]
 """
@@ -43,8 +45,16 @@ def measure(nodes: int, folder: Path) -> dict[str, float]:
         handle.write("\n")
     dumped = time.perf_counter()
     assert ours.read_bytes() == plain.read_bytes(), "the writer's bytes differ from json.dump's"
+    undrawn = load_scenario(SCENARIO, [f"network.topology.nodes={nodes}", f"workload.data_parallel={nodes}",
+                                       "workload.devices=8", "workload.iterations=1", "outputs.trace=false",
+                                       "outputs.timeline=false"])
+    sim, workload = build(undrawn, str(SCENARIO))
+    again = time.perf_counter()
+    workload.start()
+    sim.run()
+    bare = time.perf_counter() - again
     return {"build_s": built - start, "run_s": ran - built, "events": sim.events_processed,
-            "trace_events": len(events), "write_s": written - ran, "dump_s": dumped - written}
+            "trace_events": len(events), "write_s": written - ran, "dump_s": dumped - written, "bare_s": bare}
 
 
 def main() -> None:
@@ -52,13 +62,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[4, 16, 64])
     args = parser.parse_args()
     print(f"{'nodes':>5} {'GPUs':>5} {'build':>7} {'run':>7} {'events':>9} {'events/s':>9} "
-          f"{'trace events':>12} {'write':>7} {'json.dump':>9} {'ratio':>6}")
+          f"{'trace events':>12} {'write':>7} {'json.dump':>9} {'ratio':>6} {'undrawn':>8} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for nodes in args.nodes:
             r = measure(nodes, Path(tmp))
             print(f"{nodes:>5} {8 * nodes:>5} {r['build_s']:6.2f}s {r['run_s']:6.2f}s {r['events']:>9,.0f} "
                   f"{r['events'] / r['run_s']:>9,.0f} {r['trace_events']:>12,} {r['write_s']:6.2f}s "
-                  f"{r['dump_s']:8.2f}s {r['dump_s'] / r['write_s']:6.2f}")
+                  f"{r['dump_s']:8.2f}s {r['dump_s'] / r['write_s']:6.2f} {r['bare_s']:7.2f}s "
+                  f"{r['run_s'] / r['bare_s']:6.2f}")
 
 
 if __name__ == "__main__":
