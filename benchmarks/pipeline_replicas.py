@@ -48,7 +48,7 @@ def measure(nodes: int, folder: Path) -> dict[str, float]:
     undrawn = load_scenario(SCENARIO, [f"network.topology.nodes={nodes}", f"workload.data_parallel={nodes}",
                                        "workload.devices=8", "workload.iterations=1", "outputs.trace=false",
                                        "outputs.timeline=false"])
-    sim, workload = build(undrawn, str(SCENARIO))
+    sim, workload = build(undrawn, str(SCENARIO), link_spans=False)
     again = time.perf_counter()
     workload.start()
     sim.run()

@@ -54,15 +54,14 @@ def default_cost_model() -> CostModel:
 
 
 def build(
-    scenario: ScenarioBase, source: str = "<scenario>", *, trace: bool | None = None, timeline: bool | None = None
+    scenario: ScenarioBase, source: str = "<scenario>", *, trace: bool | None = None, link_spans: bool = True
 ) -> tuple[Simulation, Workload]:
     """Create the simulation, network and workload of ``scenario`` (nothing runs yet). ``trace``:
     whether trace.json will be written (default: ``outputs.trace``); without it the links'
-    utilisation counters, which only the trace shows, are not recorded. ``timeline``: whether
-    timeline.png will be (default: ``outputs.timeline``); with neither, each link keeps only the
-    count and time of its busy spans, which metrics.csv needs, not the spans."""
+    utilisation counters, which only the trace shows, are not recorded. ``link_spans=False``
+    keeps only the count and time of each link's busy spans, all metrics.csv needs, for a run
+    that draws neither trace.json nor timeline.png (faster, less memory)."""
     trace = scenario.outputs.trace if trace is None else trace
-    timeline = scenario.outputs.timeline if timeline is None else timeline
     sim = Simulation(scenario.seed)
     catalog = scenario_catalog(scenario, source)
     network, node = None, None
@@ -74,7 +73,7 @@ def build(
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
         network = Network(sim, topology, mode=scenario.network.mode, utilisation_counters=trace,
-                          link_spans=trace or timeline)
+                          link_spans=link_spans)
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]
@@ -91,16 +90,16 @@ def simulate(
     monitor: Callable[[Simulation], AbstractContextManager[Any]] | None = None,
     *,
     trace: bool | None = None,
-    timeline: bool | None = None,
+    link_spans: bool = True,
 ) -> RunResult:
     """Run ``scenario`` to completion (or ``outputs.max_time``) and summarise it.
 
     A simulated out-of-memory ends the run early and is reported in the summary
     (``status: "oom"``), not raised. ``monitor(sim)`` (a progress display, say) is entered
-    around the simulation. ``trace``, ``timeline``: as for :func:`build`.
+    around the simulation. ``trace``, ``link_spans``: as for :func:`build`.
     """
     started = time.perf_counter()
-    sim, workload = build(scenario, source, trace=trace, timeline=timeline)
+    sim, workload = build(scenario, source, trace=trace, link_spans=link_spans)
     workload.start()
     status, error = "ok", None
     try:

@@ -203,7 +203,8 @@ def test_a_run_that_draws_nothing_tallies_its_link_spans_with_the_same_metrics(s
     from tests.conftest import ROOT
 
     runs = {drawn: simulate(load_scenario(ROOT / "scenarios" / scenario,
-                                          [*overrides, f"outputs.trace={drawn}", f"outputs.timeline={drawn}"]))
+                                          [*overrides, f"outputs.trace={drawn}", f"outputs.timeline={drawn}"]),
+                            link_spans=drawn == "true")
             for drawn in ("true", "false")}
     assert runs["true"].summary == runs["false"].summary
     assert track_metrics(runs["true"].sim) == track_metrics(runs["false"].sim)
@@ -213,6 +214,29 @@ def test_a_run_that_draws_nothing_tallies_its_link_spans_with_the_same_metrics(s
     with pytest.raises(TypeError, match="keeps only its last span"):
         list(links[0].spans)
     assert not any(isinstance(track.spans, LinkSpanTally) for track in runs["true"].sim.trace.tracks)
+
+
+def test_simhpc_run_tallies_the_link_spans_only_when_it_draws_nothing(tmp_path) -> None:
+    """``simhpc run`` with ``outputs: {trace: false, timeline: false}`` writes the metrics.csv and
+    summary.json of the run that draws both; the Python API keeps every span unless told."""
+    from click.testing import CliRunner
+
+    from simhpc.cli import main
+    from simhpc.network.accounting import LinkSpanTally
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import load_scenario
+    from tests.conftest import ROOT
+
+    scenario = ROOT / "scenarios" / "alltoall_fat_tree.yaml"
+    for drawn in ("true", "false"):
+        result = CliRunner().invoke(main, ["run", str(scenario), "-q", "-o", str(tmp_path / drawn),
+                                           "--set", f"outputs.trace={drawn}", "--set", f"outputs.timeline={drawn}"])
+        assert result.exit_code == 0, result.output
+    for name in ("metrics.csv", "summary.json"):
+        assert (tmp_path / "true" / name).read_bytes() == (tmp_path / "false" / name).read_bytes()
+    assert not (tmp_path / "false" / "trace.json").exists()
+    undrawn = simulate(load_scenario(scenario, ["outputs.trace=false", "outputs.timeline=false"]))
+    assert not any(isinstance(track.spans, LinkSpanTally) for track in undrawn.sim.trace.tracks)
 
 
 def test_rejects_bad_input() -> None:

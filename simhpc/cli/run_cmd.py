@@ -32,7 +32,8 @@ def command(scenario: Path, outdir: Path | None, overrides: tuple[str, ...], qui
     folder.mkdir(parents=True, exist_ok=True)  # a file in the way fails now, not after the simulation
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
-    result = simulate(config, str(scenario), monitor=lambda sim: run_progress(sim, config.name))
+    result = simulate(config, str(scenario), monitor=lambda sim: run_progress(sim, config.name),
+                      link_spans=config.outputs.trace or config.outputs.timeline)
     written = write_outputs(result, folder, config)
     if quiet:
         click.echo(str(folder))

@@ -55,8 +55,8 @@ def run_point(data: dict[str, Any], source: str, outdir: str | None = None) -> R
         scenario = scenario_from_dict(data, source)
         key = run_key(scenario)
         written = outdir is not None
-        result = simulate(scenario, source, trace=written and scenario.outputs.trace,
-                          timeline=written and scenario.outputs.timeline)
+        drawn = written and (scenario.outputs.trace or scenario.outputs.timeline)
+        result = simulate(scenario, source, trace=written and scenario.outputs.trace, link_spans=drawn)
         summary = json.loads(json.dumps(result.summary, sort_keys=True))
         if outdir is not None:
             write_outputs(result, Path(outdir) / key, scenario)
