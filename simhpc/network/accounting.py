@@ -37,7 +37,6 @@ class LinkAccounting:
         self.topology = topology
         self.record = record
         self.counters = counters
-        self.spans = spans
         count = len(topology.links)
         self._bytes = np.zeros(count)
         self._carried: dict[tuple[int, ...], float] = {}

@@ -155,9 +155,9 @@ class PipelineExecutor:
         self._posted: dict[Op, simpy.Event] = {}
         """Per consumer op on another device, with a rendezvous: fires when its receive is posted."""
         self._departed: dict[Op, float] = {}
+        """Per consumer op on another device: when its input's transfer left."""
         self._wait_tracks: list[Track | None] = [None] * plan.devices
         """Per device: its ``p2p wait`` track, made at its first wait."""
-        """Per consumer op on another device: when its input's transfer left."""
         self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
         """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
         self._backwards: dict[tuple[int, int], int] = {}
