@@ -58,7 +58,7 @@ import simpy
 
 from simhpc.engine import Simulation, Track
 from simhpc.errors import SimulatedOOM
-from simhpc.hardware.devices import Device
+from simhpc.hardware.devices import Device, Stream
 from simhpc.policies.pipeline.blocking import P2P, consumer_of, waiting_senders
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, WEIGHT, Op, PipelinePlan
 from simhpc.workloads.pipeline.stages import StageCosts
@@ -121,7 +121,14 @@ class PipelineExecutor:
         self.overhead = overhead
         self.sync_replicas = sync_replicas and plan.pipelines > 1
         self.gradient_sync = gradient_sync
-        self.streams = [device.stream("compute") for device in self.devices]
+        self.streams: list[Stream] = []
+        self._wait_tracks: list[Track] = []
+        """Per device: its ``p2p wait`` track, made right after its stream so that a timeline shows
+        them together (none for a single device: it waits for nothing)."""
+        for device in self.devices:
+            self.streams.append(device.stream("compute"))
+            if plan.devices > 1:
+                self._wait_tracks.append(sim.trace.track(device.name, WAIT_THREAD))
         self.iteration_times: list[float] = []
         self.busy: list[list[float]] = []
         """Per iteration, each device's compute-busy seconds."""
@@ -156,8 +163,6 @@ class PipelineExecutor:
         """Per consumer op on another device, with a rendezvous: fires when its receive is posted."""
         self._departed: dict[Op, float] = {}
         """Per consumer op on another device: when its input's transfer left."""
-        self._wait_tracks: list[Track | None] = [None] * plan.devices
-        """Per device: its ``p2p wait`` track, made at its first wait."""
         self._arrows_due: dict[Op, tuple[str, Track, float]] = {}
         """Per consumer op whose input arrived: the trace arrow to draw once it has run."""
         self._backwards: dict[tuple[int, int], int] = {}
@@ -306,8 +311,6 @@ class PipelineExecutor:
         left (``p2p_dependency``: a producer still running, a receive not yet posted), then until
         they arrived (``p2p_transfer``: the bytes in flight, the transfer wait)."""
         track = self._wait_tracks[d]
-        if track is None:
-            track = self._wait_tracks[d] = self.sim.trace.track(self.streams[d].track.process, WAIT_THREAD)
         what = " + ".join(("recv " if self.plan.device_of(consumer) == d else "send to ") + self._labels[consumer]
                           for consumer in consumers)
         args = {"iteration": self._iteration}
