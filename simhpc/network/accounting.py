@@ -228,8 +228,6 @@ class _LastSpan:
     """A tallied link's last busy span, read and cut in place."""
 
     __slots__ = ("_link", "_tallies")
-    name = "busy"
-    category = "network"
 
     def __init__(self, tallies: _Tallies, link: int) -> None:
         self._tallies = tallies
@@ -246,7 +244,3 @@ class _LastSpan:
     @end.setter
     def end(self, time: float) -> None:
         self._tallies.end[self._link] = time
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start

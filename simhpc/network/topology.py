@@ -390,9 +390,8 @@ class Topology:
         if arrays is None:
             return self._search(src)
         s = self._ordinal[src]
-        expanded = arrays.relays | (arrays.src == s)  # only transit nodes (and the source) pass traffic on
-        tails, heads, costs, links = arrays.src[expanded], arrays.dst[expanded], arrays.cost[expanded], \
-            arrays.index[expanded]
+        links = np.flatnonzero(arrays.relays | (arrays.src == s))  # only transit nodes (and the source) pass traffic on
+        tails, heads, costs = arrays.src[links], arrays.dst[links], arrays.cost[links]
         size = len(arrays.names)
         cost = dijkstra(csr_array((costs, (tails, heads)), shape=(size, size)), indices=s)
         tight = np.isfinite(cost[tails]) & (cost[tails] + costs == cost[heads])
@@ -417,8 +416,7 @@ class Topology:
             unit = math.gcd(*self._cost) or 1  # costs in units of their greatest common divisor: smaller sums
             costs = [cost // unit for cost in self._cost]
             exact = max(costs, default=0) * len(names) < _EXACT_FLOAT  # bounds every label the search forms
-            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), np.arange(len(self.links)),
-                                       transit[src], rank, exact)
+            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), transit[src], rank, exact)
         return self._arrays if self._arrays.exact else None
 
     def _search(self, src: str, target: str | None = None) -> dict[str, Predecessors]:
@@ -458,7 +456,6 @@ class _LinkArrays:
     src: np.ndarray
     dst: np.ndarray
     cost: np.ndarray
-    index: np.ndarray
     relays: np.ndarray
     """Per link: whether its tail passes traffic on (a transit node)."""
     name_rank: np.ndarray
@@ -480,15 +477,15 @@ class _Tree(Mapping[str, Predecessors]):
         self._links = links.tolist()
 
     def __getitem__(self, node: str) -> Predecessors:
-        i = self._ordinal.get(node)
-        if i is None or not self._reached[i]:
+        if node not in self:
             raise KeyError(node)
+        i = self._ordinal[node]
         names, first, last = self._names, self._starts[i], self._starts[i + 1]
         return tuple((names[tail], link) for tail, link in zip(self._tails[first:last], self._links[first:last]))
 
     def __contains__(self, node: object) -> bool:
         i = self._ordinal.get(node) if isinstance(node, str) else None
-        return i is not None and bool(self._reached[i])
+        return i is not None and i < len(self._reached) and bool(self._reached[i])  # a node added since: not
 
     def __iter__(self) -> Iterator[str]:
         return (self._names[i] for i in np.flatnonzero(self._reached))
