@@ -307,3 +307,17 @@ def test_a_committed_capture_without_a_schedule_is_compared_over_its_optimizer_s
     assert summary["first_touch_basis"] == "memory events and heap growth" and summary["heap_growth_s"] > 0
     assert 0.8 * 12288 < summary["fresh_pages_per_step"] <= 1.05 * 12288
     assert summary["step_error_pct"] == pytest.approx(-4.9, abs=0.1)
+
+
+def test_a_loss_over_a_large_vocabulary_writes_no_fresh_block() -> None:
+    """``nll_loss_forward`` of [512, 30000] log-probabilities (61 MB) gathers one per target and
+    writes their mean: the log-softmax before it wrote the large block, not the loss (a language
+    model's capture charged the loss 33 ms of page faults for a 50 us op)."""
+    log_probabilities = [512, 30000]
+    by_name = _predictions([
+        _op("aten::_log_softmax", 10, 40_000, [log_probabilities, [], []], ["float", "Scalar", "Scalar"]),
+        _op("aten::nll_loss_forward", 50_000, 50, [log_probabilities, [512], [], [], []],
+            ["float", "long int", "", "Scalar", "Scalar"], ["", "", "", "1", "-100"]),
+    ])
+    assert by_name["aten::_log_softmax"][0].first_touch_s == pytest.approx(_pages(log_probabilities) * PER_PAGE_S)
+    assert by_name["aten::nll_loss_forward"][0].first_touch_s == 0

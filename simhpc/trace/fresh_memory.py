@@ -39,8 +39,9 @@ ALLOCATING_WRAPPERS = names("""
 """Ops without a kernel of their own that allocate a tensor their children fill."""
 SIZED_BY_ARGUMENT = names("zeros ones full new_zeros new_ones new_full")
 """Of those, the ones whose size is an argument (``Concrete Inputs``), not their input's."""
-NEW_SIZE = names("cat stack index_select gather")
-"""Elementwise-kind ops whose result is not their largest input's size (the kernel's ``n`` is)."""
+NEW_SIZE = names("cat stack index_select gather nll_loss_forward nll_loss2d_forward")
+"""Elementwise-kind ops whose result is not their largest input's size (the kernel's ``n`` is, or
+bounds it: a negative log-likelihood writes one loss per target, or their mean)."""
 BOOL_RESULT = names("eq ne lt gt le ge logical_not logical_and logical_or logical_xor isnan isinf isneginf isposinf")
 """Ops whose result is a bool tensor whatever their inputs' type."""
 ALLOCATORS = {"empty": 0, "new_empty": 1, "empty_strided": 0, "new_empty_strided": 1, "empty_like": None}
