@@ -34,8 +34,10 @@ _COST_QUANTUM = 1e-15
 """Routing costs are compared as integer multiples of this (femtoseconds), so equal-cost
 paths tie exactly whatever order their latencies are added in."""
 
-_TREE_CACHE = 256
-"""Shortest-path trees kept per topology (least recently used are dropped)."""
+_TREE_CACHE_ENTRIES = 1 << 25
+"""Array entries (4 bytes each) the shortest-path trees kept per topology may hold in all; the least
+recently used are dropped past it. A tree holds about three per node of the network, so a
+2048-GPU cluster keeps the trees of all its NICs."""
 
 _EXACT_FLOAT = 2**53
 """Integers below this add exactly in float64, as SciPy's Dijkstra sums path costs."""
@@ -115,7 +117,9 @@ class Topology:
         self._paths: dict[tuple[str, str], tuple[int, ...]] = {}
         self._routes: dict[tuple[str, str], Route] = {}
         self._trees: OrderedDict[str, Mapping[str, Predecessors]] = OrderedDict()
+        self._tree_entries = 0
         self._arrays: _LinkArrays | None = None
+        self._relay_graph: tuple[np.ndarray, csr_array] | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -154,6 +158,7 @@ class Topology:
         self._machine[name] = machine
         self._adjacency[name] = []
         self._arrays = None
+        self._relay_graph = None
 
     def connect(
         self, a: str, b: str, bandwidth: float, latency: float, *, cost: float | None = None
@@ -192,7 +197,9 @@ class Topology:
         )
         self._forget_routes()
         self._trees.clear()
+        self._tree_entries = 0
         self._arrays = None
+        self._relay_graph = None
         return pair
 
     def _add_link(self, src: str, dst: str, bandwidth: float, latency: float, cost: float) -> Link:
@@ -371,37 +378,60 @@ class Topology:
         else:
             tree = self._search_all(src)
         self._trees[src] = tree
-        if len(self._trees) > _TREE_CACHE:
-            self._trees.popitem(last=False)
+        self._tree_entries += _entries(tree)
+        while self._tree_entries > _TREE_CACHE_ENTRIES and len(self._trees) > 1:
+            self._tree_entries -= _entries(self._trees.popitem(last=False)[1])
         return tree
 
     def _search_all(self, src: str) -> Mapping[str, Predecessors]:
         """:meth:`_search`'s tree from ``src`` over the whole network, by SciPy's Dijkstra.
 
-        The least-cost labels come from :func:`scipy.sparse.csgraph.dijkstra`, exact: the integer
-        costs, divided by their greatest common divisor, add exactly in float64 while the largest
-        times the node count is below 2**53 (past it :meth:`_search` runs instead). A least-cost
-        path uses only *tight* links (``cost[u] + c == cost[v]``), so the fewest hops among them
-        is the breadth-first depth over tight links, and the predecessors kept are the tight links
-        one hop shallower: the labels and equal-label predecessors of the search, found by
-        vectorised passes instead of a Python heap.
+        The labels come from :func:`scipy.sparse.csgraph.dijkstra`, exact: the integer costs,
+        divided by their greatest common divisor, add exactly in float64 while the largest times
+        the node count is below 2**53 (past it :meth:`_search` runs instead). A least-cost path
+        uses only *tight* links (``cost[u] + c == cost[v]``), and the fewest hops among them is
+        the breadth-first depth over tight links; the predecessors kept are the tight links one
+        hop shallower: the labels and equal-label predecessors of the search, found by
+        vectorised passes instead of a Python heap. Where the sums stay exact with each link
+        weighing ``cost * nodes + 1`` (a label is then ``cost * nodes + hops``, and hops are
+        fewer than the nodes), one search orders by cost, then hops, and a link is kept when
+        its tail's label plus its weight is its head's.
         """
         arrays = self._link_arrays()
         if arrays is None:
             return self._search(src)
         s = self._ordinal[src]
-        links = np.flatnonzero(arrays.relays | (arrays.src == s))  # only transit nodes (and the source) pass traffic on
-        tails, heads, costs = arrays.src[links], arrays.dst[links], arrays.cost[links]
         size = len(arrays.names)
-        cost = dijkstra(csr_array((costs, (tails, heads)), shape=(size, size)), indices=s)
-        tight = np.isfinite(cost[tails]) & (cost[tails] + costs == cost[heads])
-        tails, heads, links = tails[tight], heads[tight], links[tight]
-        hops = dijkstra(csr_array((np.ones(len(tails)), (tails, heads)), shape=(size, size)), indices=s,
-                        unweighted=True)
-        kept = hops[tails] + 1 == hops[heads]
+        if self._transit[src]:  # its own links relay: the graph every transit source shares
+            links, graph = self._relays()
+        else:  # an endpoint passes on nothing but its own traffic
+            links = np.flatnonzero(arrays.relays | (arrays.src == s))
+            graph = _graph(arrays, links, size)
+        tails, heads = arrays.src[links], arrays.dst[links]
+        if arrays.weight is not None:
+            label = dijkstra(graph, indices=s)
+            reached = np.isfinite(label)
+            kept = reached[tails] & (label[tails] + arrays.weight[links] == label[heads])
+        else:
+            cost = dijkstra(graph, indices=s)
+            reached = np.isfinite(cost)
+            tight = reached[tails] & (cost[tails] + arrays.cost[links] == cost[heads])
+            tails, heads, links = tails[tight], heads[tight], links[tight]
+            hops = dijkstra(csr_array((np.ones(len(tails)), (tails, heads)), shape=(size, size)), indices=s,
+                            unweighted=True)
+            kept = hops[tails] + 1 == hops[heads]
         tails, heads, links = tails[kept], heads[kept], links[kept]
         order = np.lexsort((links, arrays.name_rank[tails], heads))
-        return _Tree(arrays.names, self._ordinal, np.isfinite(cost), heads[order], tails[order], links[order])
+        return _Tree(arrays.names, self._ordinal, reached, heads[order], tails[order], links[order])
+
+    def _relays(self) -> tuple[np.ndarray, csr_array]:
+        """The links out of transit nodes and their search graph (cached)."""
+        if self._relay_graph is None:
+            arrays = self._link_arrays()
+            assert arrays is not None
+            links = np.flatnonzero(arrays.relays)
+            self._relay_graph = links, _graph(arrays, links, len(arrays.names))
+        return self._relay_graph
 
     def _link_arrays(self) -> _LinkArrays | None:
         """The links as arrays for :meth:`_search_all` (cached; None when costs could add inexactly)."""
@@ -415,8 +445,11 @@ class Topology:
             rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
             unit = math.gcd(*self._cost) or 1  # costs in units of their greatest common divisor: smaller sums
             costs = [cost // unit for cost in self._cost]
-            exact = max(costs, default=0) * len(names) < _EXACT_FLOAT  # bounds every label the search forms
-            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), transit[src], rank, exact)
+            largest, count = max(costs, default=0), len(names)
+            exact = largest * count < _EXACT_FLOAT  # bounds every label the search forms
+            weight = np.array(costs, dtype=float) * count + 1 if (largest + 1) * count * count < _EXACT_FLOAT else None
+            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), weight, transit[src], rank,
+                                       exact)
         return self._arrays if self._arrays.exact else None
 
     def _search(self, src: str, target: str | None = None) -> dict[str, Predecessors]:
@@ -456,11 +489,20 @@ class _LinkArrays:
     src: np.ndarray
     dst: np.ndarray
     cost: np.ndarray
+    weight: np.ndarray | None
+    """Per link: ``cost * nodes + 1``, whose sums order paths by cost, then hops (None where they
+    could add inexactly)."""
     relays: np.ndarray
     """Per link: whether its tail passes traffic on (a transit node)."""
     name_rank: np.ndarray
     """Per node: its place among the names sorted, the predecessors' order."""
     exact: bool
+
+
+def _graph(arrays: _LinkArrays, links: np.ndarray, size: int) -> csr_array:
+    """The search graph of ``links``: weighted by cost, then hops, where that is exact, else by cost."""
+    weights = arrays.cost[links] if arrays.weight is None else arrays.weight[links]
+    return csr_array((weights, (arrays.src[links], arrays.dst[links])), shape=(size, size))
 
 
 class _Tree(Mapping[str, Predecessors]):
@@ -472,16 +514,22 @@ class _Tree(Mapping[str, Predecessors]):
         self._names = names
         self._ordinal = ordinal
         self._reached = reached
-        self._starts = np.searchsorted(heads, np.arange(len(names) + 1)).tolist()
-        self._tails = tails.tolist()
-        self._links = links.tolist()
+        self._starts = np.searchsorted(heads, np.arange(len(names) + 1)).astype(np.int32)
+        self._tails = tails.astype(np.int32)
+        self._links = links.astype(np.int32)
+
+    @property
+    def entries(self) -> int:
+        """Array entries it holds (for the cache's budget)."""
+        return self._starts.size + self._tails.size + self._links.size + self._reached.size // 4
 
     def __getitem__(self, node: str) -> Predecessors:
         if node not in self:
             raise KeyError(node)
         i = self._ordinal[node]
-        names, first, last = self._names, self._starts[i], self._starts[i + 1]
-        return tuple((names[tail], link) for tail, link in zip(self._tails[first:last], self._links[first:last]))
+        names, first, last = self._names, int(self._starts[i]), int(self._starts[i + 1])
+        return tuple((names[tail], link) for tail, link in zip(self._tails[first:last].tolist(),
+                                                                self._links[first:last].tolist()))
 
     def __contains__(self, node: object) -> bool:
         i = self._ordinal.get(node) if isinstance(node, str) else None
@@ -500,6 +548,7 @@ class _FirstHop(Mapping[str, Predecessors]):
     def __init__(self, tree: Mapping[str, Predecessors], src: str, via: str, index: int) -> None:
         self._tree = tree
         self._own = {via: ((src, index),), src: ()}
+        self.entries = _entries(tree)  # it keeps ``via``'s tree alive
 
     def __getitem__(self, node: str) -> Predecessors:
         own = self._own.get(node)
@@ -514,3 +563,8 @@ class _FirstHop(Mapping[str, Predecessors]):
 
     def __len__(self) -> int:
         return len(self._own) + sum(node not in self._own for node in self._tree)
+
+
+def _entries(tree: Mapping[str, Predecessors]) -> int:
+    """Array entries a cached tree keeps alive (a heap search's dict: one per node)."""
+    return getattr(tree, "entries", len(tree))
