@@ -391,6 +391,26 @@ def test_the_vectorised_tree_search_keeps_the_heaps_labels_and_ties(build, searc
     assert search == ("heap" if arrays is None else "one pass" if arrays.weight is not None else "two passes")
 
 
+def test_trees_past_the_cache_budget_are_dropped_least_recently_used_first(monkeypatch) -> None:
+    """Under a budget of array entries the routing trees kept stay within it (one at least), the
+    least recently used leave first, and the routes are those of an unlimited cache."""
+    import simhpc.network.topology as topology
+
+    pairs = list(itertools.permutations(dgx(3).endpoints[::5], 2))
+    expected = {pair: dgx(3).path(*pair) for pair in pairs}
+    monkeypatch.setattr(topology, "_TREE_CACHE_ENTRIES", 1)
+    topo = dgx(3)
+    assert {pair: topo.path(*pair) for pair in pairs} == expected
+    assert len(topo._trees) == 1 and topo._tree_entries == topology._entries(next(iter(topo._trees.values())))
+    budget = 3 * topology._entries(topo._search_all("n0.nic0")) + 1
+    monkeypatch.setattr(topology, "_TREE_CACHE_ENTRIES", budget)
+    topo = dgx(3)
+    for node in ("n0.nic0", "n1.nic0", "n2.nic0", "n0.nic0", "n1.nic1"):  # n0.nic0 used again: n1.nic0 goes
+        topo._tree(node)
+    assert list(topo._trees) == ["n2.nic0", "n0.nic0", "n1.nic1"]
+    assert topo._tree_entries == sum(map(topology._entries, topo._trees.values())) <= budget
+
+
 def mixed_costs(far: float = 0.0) -> Topology:
     """A ring of switches with hosts, latencies and routing costs of several sizes, zero ones
     too, so that cheaper paths with more hops and equal-cost paths of unequal hops compete; with
