@@ -517,19 +517,24 @@ class _Tree(Mapping[str, Predecessors]):
         self._starts = np.searchsorted(heads, np.arange(len(names) + 1)).astype(np.int32)
         self._tails = tails.astype(np.int32)
         self._links = links.astype(np.int32)
+        self._walked: dict[str, Predecessors] = {}
 
     @property
     def entries(self) -> int:
-        """Array entries it holds (for the cache's budget)."""
+        """Array entries it holds (for the cache's budget; the nodes walked through are few)."""
         return self._starts.size + self._tails.size + self._links.size + self._reached.size // 4
 
     def __getitem__(self, node: str) -> Predecessors:
+        found = self._walked.get(node)
+        if found is not None:
+            return found
         if node not in self:
             raise KeyError(node)
         i = self._ordinal[node]
         names, first, last = self._names, int(self._starts[i]), int(self._starts[i + 1])
-        return tuple((names[tail], link) for tail, link in zip(self._tails[first:last].tolist(),
-                                                                self._links[first:last].tolist()))
+        found = self._walked[node] = tuple(zip(map(names.__getitem__, self._tails[first:last].tolist()),
+                                               self._links[first:last].tolist()))
+        return found
 
     def __contains__(self, node: object) -> bool:
         i = self._ordinal.get(node) if isinstance(node, str) else None
