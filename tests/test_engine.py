@@ -1,3 +1,5 @@
+import gc
+
 import pytest
 
 from simhpc.engine import Simulation
@@ -28,6 +30,29 @@ def test_run_counts_events_and_stops_at_until():
     assert sim.now == 10.0
     # 10 timeouts + process init + process end
     assert sim.events_processed == 12 > first
+
+
+def test_a_run_makes_no_full_collection_and_restores_the_collectors_thresholds():
+    """While events run the oldest generation is never collected (each full collection walks every
+    route and record a run has kept); the young ones are, and the thresholds come back after, an
+    error included."""
+    sim = Simulation()
+    seen = []
+
+    def watcher(fail: bool):
+        seen.append(gc.get_threshold())
+        yield sim.timeout(1.0)
+        if fail:
+            raise RuntimeError("raised inside the run")
+
+    before = gc.get_threshold()
+    sim.process(watcher(False))
+    sim.run()
+    sim.process(watcher(True))
+    with pytest.raises(RuntimeError):
+        sim.run()
+    assert gc.get_threshold() == before
+    assert len(seen) == 2 and all(during[:2] == before[:2] and during[2] > 10**8 for during in seen)
 
 
 def test_background_timeouts_do_not_keep_the_run_going():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import zlib
 from collections import Counter
 from collections.abc import Generator
@@ -11,6 +12,9 @@ import numpy as np
 import simpy
 
 from simhpc.engine.recorder import TraceRecorder
+
+_NO_FULL_COLLECTION = 1 << 30
+"""The oldest generation's collection threshold while :meth:`Simulation.run` runs: never reached."""
 
 
 class Simulation:
@@ -80,11 +84,21 @@ class Simulation:
 
         Counts every processed event in :attr:`events_processed`. An exception raised inside
         a process (a simulated OOM, say) propagates from here.
+
+        Python's collector makes no full collection while it runs (the young generations are
+        collected as usual; the thresholds are restored after). A run keeps what it builds as it
+        goes (routes, flows, trace records), and each full collection walks all of it: a 512-host
+        all-to-all (261 632 routes) spent a third of its time in 18 of them (12.7-13.9 s, 7.9-9.7 s
+        without), BERT-large on 128 / 256 nodes a tenth (ring 6.4 -> 5.7 s, tree 6.7 -> 5.4 s), with
+        the same peak memory; 1000 iterations of ``moe_demo`` left 30 objects of cyclic garbage for
+        the next full collection.
         """
         env = self.env
         step = env.step
         queue = env._queue
         processed = 0
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], _NO_FULL_COLLECTION)
         try:  # each loop steps only while foreground events are queued: never on an empty queue
             if until is None:
                 while len(queue) > self._background:
@@ -97,4 +111,5 @@ class Simulation:
                     processed += 1
                 env._now = max(env.now, float(until))
         finally:
+            gc.set_threshold(*thresholds)
             self.events_processed += processed
