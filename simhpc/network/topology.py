@@ -521,7 +521,8 @@ class _Tree(Mapping[str, Predecessors]):
 
     @property
     def entries(self) -> int:
-        """Array entries it holds (for the cache's budget; the nodes walked through are few)."""
+        """Array entries it holds, for the cache's budget (not the predecessors it has handed out,
+        kept for the next walk: at most one tuple per node)."""
         return self._starts.size + self._tails.size + self._links.size + self._reached.size // 4
 
     def __getitem__(self, node: str) -> Predecessors:
