@@ -89,7 +89,7 @@ class Simulation:
         collected as usual; the thresholds are restored after). A run keeps what it builds as it
         goes (routes, flows, trace records), and each full collection walks all of it: a 512-host
         all-to-all (261 632 routes) spent a third of its time in 18 of them (12.7-13.9 s, 7.9-9.7 s
-        without), BERT-large on 128 / 256 nodes a tenth (ring 6.4 -> 5.7 s, tree 6.7 -> 5.4 s), with
+        without), BERT-large on 128 / 256 nodes a tenth to a fifth (ring 6.4 -> 5.7 s, tree 6.7 -> 5.4 s), with
         the same peak memory; 1000 iterations of ``moe_demo`` left 30 objects of cyclic garbage for
         the next full collection.
         """
