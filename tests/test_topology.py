@@ -414,7 +414,10 @@ def test_trees_past_the_cache_budget_are_dropped_least_recently_used_first(monke
 def mixed_costs(far: float = 0.0) -> Topology:
     """A ring of switches with hosts, latencies and routing costs of several sizes, zero ones
     too, so that cheaper paths with more hops and equal-cost paths of unequal hops compete; with
-    ``far``, a link of that cost whose labels float64 would not add exactly."""
+    ``far``, a link of that cost (seconds). Costs count in units of their greatest common divisor
+    in femtoseconds: 4e7 s keeps the unit at 1 us, and the labels add exactly by cost but not by
+    cost and hops; 1e6 s rounds to 999999999999999868928 fs, the unit falls to 512 fs, and not
+    even the costs add exactly."""
     topo = Topology("far" if far else "mixed")
     for i in range(8):
         topo.add_switch(f"s{i}")
