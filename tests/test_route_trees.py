@@ -1,0 +1,115 @@
+"""Least-cost trees (simhpc/network/route_trees.py): the vectorised searches against the heap's,
+the shortcut of single-link nodes, the cache's budget, and the search that stops at its end."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from simhpc.network import Topology, dragonfly, fat_tree, route_trees, single_switch, torus
+from tests.test_topology import GB, dgx
+
+
+@pytest.mark.parametrize("build", [
+    lambda: single_switch(hosts=5, bandwidth=10 * GB, latency=1e-6),
+    lambda: fat_tree(hosts=40, hosts_per_leaf=8, bandwidth=10 * GB, latency=1e-6, oversubscription=2.0),
+    lambda: dragonfly(groups=4, routers_per_group=2, hosts_per_router=2, bandwidth=10 * GB, latency=1e-6),
+    lambda: torus(dims=(3, 2, 2), bandwidth=10 * GB, latency=1e-6),
+    lambda: dgx(2, fabric="fat_tree", nodes_per_leaf=1),
+], ids=["single_switch", "fat_tree", "dragonfly", "torus", "gpu_cluster"])
+def test_a_single_link_node_shares_its_neighbours_search(build) -> None:
+    """The shortcut tree of a node with one outgoing link equals a full search from it."""
+    topo = build()
+    for node in topo.nodes:
+        trees = topo._route_trees()
+        assert trees.tree(node) == trees.search(node), node
+
+
+@pytest.mark.parametrize(("build", "search"), [
+    (lambda: single_switch(hosts=5, bandwidth=10 * GB, latency=1e-6), "one pass"),
+    (lambda: fat_tree(hosts=24, hosts_per_leaf=4, bandwidth=10 * GB, latency=0.0), "one pass"),  # every path costs 0
+    (lambda: fat_tree(hosts=40, hosts_per_leaf=8, bandwidth=10 * GB, latency=1e-6, oversubscription=2.0), "one pass"),
+    (lambda: dragonfly(groups=4, routers_per_group=3, hosts_per_router=2, bandwidth=10 * GB, latency=1e-6),
+     "one pass"),
+    (lambda: torus(dims=(4, 3, 2), bandwidth=10 * GB, latency=1e-6), "one pass"),
+    (lambda: dgx(3, nics=4, fabric="fat_tree", nodes_per_leaf=2), "one pass"),
+    (lambda: mixed_costs(), "one pass"),
+    (lambda: mixed_costs(far=4e7), "two passes"),
+    (lambda: mixed_costs(far=1e6), "heap"),
+], ids=["single_switch", "fat_tree_free", "fat_tree", "dragonfly", "torus", "gpu_cluster", "mixed_costs",
+        "costly_for_one_pass", "too_costly_for_floats"])
+def test_the_vectorised_tree_search_keeps_the_heaps_labels_and_ties(build, search: str) -> None:
+    """SciPy's Dijkstra plus the tight-link passes give, from every node, the heap search's
+    equal-cost predecessors of every node it reaches: the same routes, ECMP choices included.
+    One search ordering by cost, then hops, where those labels add exactly; a search by cost and
+    one by hops over the tight links where only the costs do; the heap where not even they do."""
+    topo = build()
+    trees = topo._route_trees()
+    for node in topo.nodes:
+        assert dict(trees.search_all(node)) == trees.search(node), node
+    assert trees.search_kind == search
+
+
+def test_trees_past_the_cache_budget_are_dropped_least_recently_used_first(monkeypatch) -> None:
+    """Under a budget of array entries the routing trees kept stay within it (one at least), the
+    least recently used leave first, and the routes are those of an unlimited cache."""
+    pairs = list(itertools.permutations(dgx(3).endpoints[::5], 2))
+    expected = {pair: dgx(3).path(*pair) for pair in pairs}
+    monkeypatch.setattr(route_trees, "TREE_CACHE_ENTRIES", 1)
+    topo = dgx(3)
+    assert {pair: topo.path(*pair) for pair in pairs} == expected
+    trees = topo._route_trees()
+    assert len(trees.kept) == 1 and trees.kept_entries == route_trees.entries(trees.tree(trees.kept[0]))
+    budget = 3 * route_trees.entries(trees.search_all("n0.nic0")) + 1
+    monkeypatch.setattr(route_trees, "TREE_CACHE_ENTRIES", budget)
+    trees = dgx(3)._route_trees()
+    for node in ("n0.nic0", "n1.nic0", "n2.nic0", "n0.nic0", "n1.nic1"):  # n0.nic0 used again: n1.nic0 goes
+        trees.tree(node)
+    assert trees.kept == ["n2.nic0", "n0.nic0", "n1.nic1"]
+    assert trees.kept_entries == sum(route_trees.entries(trees.tree(node)) for node in trees.kept) <= budget
+
+
+def mixed_costs(far: float = 0.0) -> Topology:
+    """A ring of switches with hosts, latencies and routing costs of several sizes, zero ones
+    too, so that cheaper paths with more hops and equal-cost paths of unequal hops compete; with
+    ``far``, a link of that cost (seconds). Costs count in units of their greatest common divisor
+    in femtoseconds: 4e7 s keeps the unit at 1 us, and the labels add exactly by cost but not by
+    cost and hops; 1e6 s rounds to 999999999999999868928 fs, the unit falls to 512 fs, and not
+    even the costs add exactly."""
+    topo = Topology("far" if far else "mixed")
+    for i in range(8):
+        topo.add_switch(f"s{i}")
+        topo.add_endpoint(f"h{i}")
+        topo.connect(f"h{i}", f"s{i}", GB, 1e-6)
+    for i in range(8):
+        topo.connect(f"s{i}", f"s{(i + 1) % 8}", GB, (i % 3) * 1e-6, cost=(i % 3) * 1e-6)
+    topo.connect("s0", "s4", GB, 2e-6)
+    topo.connect("s2", "s6", GB, 0.0)
+    if far:
+        topo.connect("s1", "s5", GB, 1e-15, cost=far)
+    return topo
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+def test_a_search_that_stops_at_its_end_finds_the_whole_trees_path(ecmp: bool) -> None:
+    """Inside a machine the route search stops once it reaches the destination: every pair of its
+    nodes (GPUs, switches, NICs, the host) gets the path the whole network's tree gives, ECMP's
+    choice among equal-cost hops included, or no route where the tree has none."""
+
+    def walk(src: str, dst: str) -> tuple[int, ...] | None:
+        try:
+            return tuple(topo._walk(src, dst, topo._ordinal[dst]))
+        except ValueError:
+            return None
+
+    topo = dgx(nodes=3, nics=4, ecmp=ecmp)
+    machine = [node for node in topo.nodes if node.startswith("n1.")]
+    routed = 0
+    for src, dst in itertools.permutations(machine, 2):
+        topo._trees = None  # nothing kept
+        stopped = walk(src, dst)
+        topo._route_trees().tree(src)  # the whole tree, kept: _walk takes it
+        assert walk(src, dst) == stopped
+        routed += stopped is not None
+    assert routed > len(machine) ** 2 / 2
