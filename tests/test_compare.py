@@ -1238,9 +1238,16 @@ def test_compiled_graphs_are_listed_not_dropped(tmp_path: Path) -> None:
     path.write_text(json.dumps({"traceEvents": events}))
     result = CliRunner().invoke(main, ["compare", str(path), "--json", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
-    listed = json.loads(result.stdout)["unmodelled"]["## Call CompiledFxGraph fxabc ##"]
+    summary = json.loads(result.stdout)
+    listed = summary["unmodelled"]["## Call CompiledFxGraph fxabc ##"]
     assert listed["count"] == 1 and listed["measured_s"] == pytest.approx(70e-6)
     assert "torch.compile" in listed["reason"]
+    # out of the prediction, and said so: the graph's self time and the base trace's two unknown ops'
+    unmodelled = sum(row["measured_s"] for row in summary["unmodelled"].values())
+    assert summary["unmodelled_step_s"] == pytest.approx(unmodelled) == pytest.approx(70e-6 + 30e-6 + 98e-6)
+    printed = " ".join(CliRunner().invoke(main, ["compare", str(path), "-o", str(tmp_path / "o")]).output.split())
+    count = summary["ops_unmodelled"]
+    assert f"not in the prediction: 198 us a step measured in the {count} ops not modelled" in printed
 
 
 def test_collectives_of_a_distributed_run_are_listed_not_dropped(tmp_path: Path) -> None:

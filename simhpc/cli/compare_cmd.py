@@ -159,6 +159,13 @@ def _print_report(comparison: Comparison, summary: dict[str, Any], worst: int) -
         f"{what}: measured {format_time(comparison.measured_step_s)}, predicted "
         f"{format_time(comparison.predicted_step_s)} ({_pct(comparison.step_error_pct)})"
     )
+    unmodelled = comparison.unmodelled_step_s
+    if unmodelled > 0 and comparison.measured_step_s > 0:
+        console.print(
+            f"not in the prediction: {format_time(unmodelled)} a step measured in the "
+            f"{summary['ops_unmodelled']} ops not modelled ({100 * unmodelled / comparison.measured_step_s:.1f} % "
+            "of it; the last table)"
+        )
     growth = comparison.heap_growth_step_s
     if growth > 0:
         returned = comparison.heap_growth_unmap_s

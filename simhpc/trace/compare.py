@@ -198,6 +198,13 @@ class Comparison:
         return sum(p.evicted_code_s for p in self.predictions) / max(1, self.steps)
 
     @property
+    def unmodelled_step_s(self) -> float:
+        """Measured self time per step of the ops not modelled (``unmodelled``): not in
+        ``predicted_step_s``, so a step with much of it reads low (a ``torch.compile`` graph's
+        fused kernels, recorded as one call)."""
+        return sum(p.measured_s for p in self.predictions if not p.modelled) / max(1, self.steps)
+
+    @property
     def ops_total(self) -> int:
         return len(self.predictions)
 
@@ -263,6 +270,7 @@ class Comparison:
             "ops_total": self.ops_total,
             "ops_modelled": self.ops_modelled,
             "ops_unmodelled": self.ops_total - self.ops_modelled,
+            "unmodelled_step_s": self.unmodelled_step_s,
             "kinds": self.kinds,
             "unmodelled": self.unmodelled,
             "skipped_events": self.skipped_events,
