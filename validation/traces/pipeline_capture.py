@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import nnls
 
 from simhpc.policies.pipeline.explicit import written_out
 from simhpc.policies.pipeline.plan import BACKWARD, FORWARD, Op, PipelinePlan
@@ -361,9 +362,14 @@ def _on_workers(setup: Setup, plans: list[PipelinePlan] | None) -> dict[int, dic
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares intercept and slope of ``y = a + b x``."""
-    slope, intercept = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
-    return float(intercept), float(slope)
+    """Least-squares intercept and slope of ``y = a + b x``, neither negative: a time per layer
+    or per byte and a fixed cost. Tiny stages on a busy host can make the free fit's slope
+    negative (a backward of -6.8 us per layer), which no scenario can take."""
+    x = np.array([x for x, _ in points], dtype=float)
+    y = np.array([y for _, y in points], dtype=float)
+    scale = max(float(np.abs(x).max()), 1.0)  # x in bytes reaches 1e7: keep the columns comparable
+    (intercept, slope), _ = nnls(np.column_stack([np.ones_like(x), x / scale]), y)
+    return float(intercept), float(slope) / scale
 
 
 def _one_way_seconds(outs: dict[int, dict[str, Any]]) -> dict[str, float]:
