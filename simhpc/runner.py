@@ -130,8 +130,9 @@ def simulate(
 
 
 def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase) -> list[Path]:
-    """Write summary.json, metrics.csv and (if enabled) trace.json and timeline.png; a disabled one
-    left in the folder by an earlier run is removed, so that it is not read as this run's."""
+    """Write summary.json, metrics.csv, (if enabled) trace.json and timeline.png, and the workload's
+    own files (a pipeline's plan.yaml); a disabled one left in the folder by an earlier run is
+    removed, so that it is not read as this run's."""
     from simhpc.report.metrics import write_metrics_csv, write_summary_json
     from simhpc.report.timeline import plot_timeline
     from simhpc.trace.chrome import write_chrome_trace
@@ -148,6 +149,9 @@ def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase)
     if scenario.outputs.timeline:
         written.append(folder / "timeline.png")
         plot_timeline(result.sim.trace, written[-1], title=scenario.name)
+    for name, text in result.workload.output_files().items():
+        written.append(folder / name)
+        written[-1].write_text(text, encoding="utf-8")
     for name, enabled in (("trace.json", scenario.outputs.trace), ("timeline.png", scenario.outputs.timeline)):
         if not enabled and (folder / name).is_file():
             (folder / name).unlink()

@@ -80,3 +80,41 @@ def test_a_bad_plan_is_an_input_error_naming_the_schedule(tmp_path: Path, ops, m
 def test_a_good_two_device_plan_runs(tmp_path: Path) -> None:
     summary = workload("workload.devices=2", "workload.micro_batches=1", one_device_per_stage(GOOD))
     assert summary["iteration_time_s"] == pytest.approx(32 * 3e-3)
+
+
+@pytest.mark.parametrize(("scenario", "overrides"), [
+    ("pipeline_uniform.yaml", ["workload.schedule={kind: chimera}", "workload.micro_batches=4", "workload.devices=4"]),
+    ("pipeline_uniform.yaml", ["workload.schedule={kind: prt, k: 2, direction: bi}", "workload.micro_batches=13"]),
+    ("pipeline_uniform.yaml", ["workload.schedule={kind: zb-h1}", "workload.partition=[5, 3, 4, 4, 4, 4, 4, 4]"]),
+    ("pipeline_bert_large.yaml", ["workload.schedule={kind: prt, k: 2, mapping: v_shape}", "workload.iterations=1"]),
+], ids=["chimera", "prt-bi", "zb-h1-uneven", "bert-prt-v"])
+def test_a_runs_plan_file_replays_it(tmp_path: Path, scenario: str, overrides: list[str]) -> None:
+    """``simhpc run`` writes each pipeline run's plan.yaml: its op orders as an ``explicit`` schedule
+    and its cut as a ``partition`` list. Run with those two fields the same scenario runs the same
+    plan on the same stages: every summary figure equal (a greedy order is then kept as it was, and
+    no cut chosen anew)."""
+    first = CliRunner().invoke(main, ["run", str(ROOT / "scenarios" / scenario), "-o", str(tmp_path / "a"),
+                                      *(arg for value in overrides for arg in ("--set", value))])
+    assert first.exit_code == 0, first.output
+    written = yaml.safe_load((tmp_path / "a" / "plan.yaml").read_text())
+    assert written["schedule"]["kind"] == "explicit" and set(written) == {"schedule", "partition"}
+    replay = [*overrides, flow(written["schedule"]),
+              f"workload.partition={yaml.safe_dump(written['partition'], default_flow_style=True).strip()}"]
+    again = simulate(load_scenario(ROOT / "scenarios" / scenario, replay), scenario).summary["workload"]
+    before = yaml.safe_load((tmp_path / "a" / "summary.json").read_text())["workload"]
+    assert {k: v for k, v in again.items() if k != "schedule"} == {k: v for k, v in before.items() if k != "schedule"}
+    assert before["stage_layer_counts"] == written["partition"]
+
+
+def test_a_cut_given_as_layer_counts_is_run_or_refused_naming_the_field(tmp_path: Path) -> None:
+    """``partition: [layers of each stage]`` cuts the model so; a stage slower than the others sets
+    1F1B's pace (11 of 32 identical layers on the first of 8 GPUs: it is never idle, 8 x 11 x 3 ms);
+    counts that do not add up to the model's layers or match the schedule's stages exit 2."""
+    cut = [11, 3, 3, 3, 3, 3, 3, 3]
+    summary = simulate(load_scenario(UNIFORM, [f"workload.partition={cut}"]), "uniform").summary["workload"]
+    assert summary["stage_layer_counts"] == cut
+    assert summary["iteration_time_s"] == pytest.approx(8 * 11 * 3e-3)
+    for bad in ("[4, 4, 4, 4, 4, 4, 4, 3]", "[16, 16]", "[0, 32]"):
+        result = CliRunner().invoke(main, ["run", str(UNIFORM), "-o", str(tmp_path),
+                                           "--set", f"workload.partition={bad}"])
+        assert result.exit_code == 2 and "workload.partition" in result.output and "Traceback" not in result.output

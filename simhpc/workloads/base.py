@@ -89,3 +89,7 @@ class Workload(ABC):
     @abstractmethod
     def summary(self) -> dict[str, Any]:
         """Results after the simulation has run (JSON-serialisable, deterministic)."""
+
+    def output_files(self) -> dict[str, str]:
+        """Files of its own the workload adds to a run's folder: name -> text (deterministic)."""
+        return {}

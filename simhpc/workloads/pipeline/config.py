@@ -75,6 +75,10 @@ _WRONG_INPUT = {"seq_len": (CONVNETS, "images, not sequences", "image_size"),
 """Input-size field -> (the models that do not take it, what they take, the field that sets it)."""
 
 
+StageLayerCounts = Annotated[list[Annotated[int, Field(gt=0, strict=True)]], Field(min_length=1, max_length=4096)]
+"""A cut given as the number of layers of each stage, in order."""
+
+
 class PipelineTrainingConfig(Strict):
     """Pipeline-parallel training of one model on the GPUs of one node or several.
 
@@ -125,14 +129,15 @@ class PipelineTrainingConfig(Strict):
     send/receive pairs waited for, every receive posted ahead, as Megatron-LM does); ``rendezvous``,
     also, a transfer starts only once its receiver has ended the op before the one that consumes
     it (send/receive pairs issued op by op; a plan that then deadlocks is an error)."""
-    partition: Literal["time", "time_and_transfer", "even", "parameters"] = "time"
+    partition: Literal["time", "time_and_transfer", "even", "parameters"] | StageLayerCounts = "time"
     """Layers -> stages: minimise the slowest stage's forward + backward time (torchgpipe's balance by
     time; of two such cuts, the min-max search's and the most even one, the one the schedule's
     dry run finds faster); ``time_and_transfer``: the same candidates and the cuts that also price
     the transfer that ends each stage, over the two devices that boundary joins, either added to
     the stage or overlapping it (PipeDream's objective), the fastest by the dry run; equal layer
     counts; or minimise the largest stage's parameter count (DeepSpeed's default
-    ``partition_method``)."""
+    ``partition_method``). A list gives the cut itself: the number of layers of each stage, in
+    order (a published partition, or the ``stage_layer_counts`` of an earlier run)."""
     recompute: Literal["none", "full", "auto"] = "none"
     """Activation recomputation (GPipe's re-materialisation, Megatron's full checkpointing): with
     ``full`` a stage keeps only its input from forward to backward, and its backward first reruns

@@ -25,15 +25,18 @@ point-to-point traffic.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import numpy as np
+import yaml
 
 from simhpc.hardware.catalog import Catalog
 from simhpc.hardware.devices import Device
 from simhpc.hardware.specs import GpuSpec
 from simhpc.models import LayerCosts, ModelProfile, build_model, uniform_model
 from simhpc.policies.pipeline import PipelinePlan, PipelineSchedule, PlanError
+from simhpc.policies.pipeline.explicit import written_out
 from simhpc.policies.pipeline.greedy import ScheduleStall
 from simhpc.policies.pipeline.partition import balanced_partition, even_partition, smoothest_partition
 from simhpc.policies.pipeline.profile import Route, StageProfile
@@ -111,6 +114,10 @@ def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
     if stages > len(model.layers):
         raise InvalidReference("schedule", f"{stages} stages for {config.model}, which has only "
                                f"{len(model.layers)} layers to cut")
+    cut = config.partition
+    if isinstance(cut, list) and (len(cut) != stages or sum(cut) != len(model.layers)):
+        raise InvalidReference("partition", f"{len(cut)} stages of {sum(cut)} layers in all, where the schedule "
+                               f"has {stages} stages and the model {len(model.layers)} layers")
     return devices
 
 
@@ -209,10 +216,21 @@ class PipelineTrainingWorkload(Workload):
                              p2p=config.p2p)
             for replica, group in enumerate(groups)]
 
+    def output_files(self) -> dict[str, str]:
+        """``plan.yaml``: the op order each device ran and the cut, as the workload fields that
+        replay them (an ``explicit`` schedule and a ``partition`` list)."""
+        fields = {"schedule": written_out(self.plan), "partition": [len(names) for names in self.costs.layers]}
+        header = ("# The plan this run executed: each device's ops in order (F, B, W of micro-batch j on stage s:\n"
+                  "# F3@s5), each pipeline's stage -> device map and the layers of each stage. Put these two fields\n"
+                  "# in a scenario's workload section to run the same plan again (or in another framework).\n")
+        return {"plan.yaml": header + yaml.safe_dump(fields, sort_keys=False, default_flow_style=None, width=120)}
+
     def _cuts(self, layer_costs: LayerCosts, devices: int, route: Route) -> list[tuple[int, ...]]:
         """The cuts of ``partition`` for the schedule on ``devices`` GPUs; the workload runs the one
         the schedule's estimate finds fastest."""
         partition, stages = self.config.partition, self.schedule.stages(devices)
+        if isinstance(partition, list):  # as checked by _check_shapes
+            return [(0, *itertools.accumulate(partition))]
         if partition == "even":
             return [even_partition(len(layer_costs), stages)]
         if partition == "parameters":
@@ -288,6 +306,7 @@ class PipelineTrainingWorkload(Workload):
             "stage_weight_grad_s": list(self.costs.weight_grad_s),
             "stage_layers": [f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0]
                              for names in self.costs.layers],
+            "stage_layer_counts": [len(names) for names in self.costs.layers],
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
             "op_time_variation": c.op_time_variation,
