@@ -42,7 +42,7 @@ from simhpc.policies.pipeline.partition import balanced_partition, even_partitio
 from simhpc.policies.pipeline.profile import Route, StageProfile
 from simhpc.policies.pipeline.timing import plan_timing
 from simhpc.registry import lookup, register
-from simhpc.units import format_size
+from simhpc.units import counted, format_size
 from simhpc.workloads.base import InvalidReference, RunContext, Workload, gpu_cluster_node
 from simhpc.workloads.pipeline.config import PipelineTrainingConfig, UniformModel, bytes_per_param
 from simhpc.workloads.pipeline.engine import PipelineExecutor
@@ -116,8 +116,9 @@ def _check_shapes(config: PipelineTrainingConfig, gpus: int) -> int:
                                f"{len(model.layers)} layers to cut")
     cut = config.partition
     if isinstance(cut, list) and (len(cut) != stages or sum(cut) != len(model.layers)):
-        raise InvalidReference("partition", f"{len(cut)} stages of {sum(cut)} layers in all, where the schedule "
-                               f"has {stages} stages and the model {len(model.layers)} layers")
+        raise InvalidReference("partition", f"{counted(len(cut), 'stage')} of {counted(sum(cut), 'layer')} in all, "
+                               f"where the schedule has {counted(stages, 'stage')} and the model "
+                               f"{counted(len(model.layers), 'layer')}")
     return devices
 
 
