@@ -217,10 +217,15 @@ class PipelineTrainingWorkload(Workload):
                              p2p=config.p2p)
             for replica, group in enumerate(groups)]
 
+    @property
+    def stage_layer_counts(self) -> list[int]:
+        """Layers of each stage: the cut that ran."""
+        return [len(names) for names in self.costs.layers]
+
     def output_files(self) -> dict[str, str]:
         """``plan.yaml``: the op order each device ran and the cut, as the workload fields that
         replay them (an ``explicit`` schedule and a ``partition`` list)."""
-        fields = {"schedule": written_out(self.plan), "partition": [len(names) for names in self.costs.layers]}
+        fields = {"schedule": written_out(self.plan), "partition": self.stage_layer_counts}
         header = ("# The plan this run executed: each device's ops in order (F, B, W of micro-batch j on stage s:\n"
                   "# F3@s5), each pipeline's stage -> device map and the layers of each stage. Put these two fields\n"
                   "# in a scenario's workload section to run the same plan again (or in another framework).\n")
@@ -307,7 +312,7 @@ class PipelineTrainingWorkload(Workload):
             "stage_weight_grad_s": list(self.costs.weight_grad_s),
             "stage_layers": [f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0]
                              for names in self.costs.layers],
-            "stage_layer_counts": [len(names) for names in self.costs.layers],
+            "stage_layer_counts": self.stage_layer_counts,
             "stage_device": [list(mapping) for mapping in self.plan.stage_device],
             "stage_overhead_s": c.stage_overhead,
             "op_time_variation": c.op_time_variation,
