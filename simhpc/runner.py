@@ -15,7 +15,7 @@ from simhpc import __version__
 from simhpc.costs import CostModel
 from simhpc.engine import Simulation
 from simhpc.errors import ScenarioError, SimulatedOOM
-from simhpc.registry import lookup
+from simhpc.registry import lookup, names
 from simhpc.scenario.loader import scenario_catalog
 from simhpc.scenario.schema import ScenarioBase
 from simhpc.workloads.base import InvalidReference, RunContext, Workload
@@ -152,7 +152,9 @@ def write_outputs(result: RunResult, outdir: str | Path, scenario: ScenarioBase)
     for name, text in result.workload.output_files().items():
         written.append(folder / name)
         written[-1].write_text(text, encoding="utf-8")
-    for name, enabled in (("trace.json", scenario.outputs.trace), ("timeline.png", scenario.outputs.timeline)):
-        if not enabled and (folder / name).is_file():
+    left = {"trace.json", "timeline.png"} | {name for kind in names("workload")
+                                             for name in lookup("workload", kind).output_names}
+    for name in sorted(left - {path.name for path in written}):
+        if (folder / name).is_file():
             (folder / name).unlink()
     return written

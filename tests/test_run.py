@@ -172,3 +172,15 @@ def test_a_rerun_without_trace_or_timeline_leaves_none_of_an_earlier_run(tmp_pat
                                       "--set", "outputs.timeline=false"])
     assert again.exit_code == 0, again.output
     assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.csv", "summary.json"]
+
+
+def test_a_run_of_another_workload_leaves_no_plan_of_an_earlier_pipeline_run(tmp_path, scenarios_dir):
+    """A pipeline run's plan.yaml (a workload's own file) goes when a collective run reuses the folder."""
+    pipeline = CliRunner().invoke(main, ["run", str(scenarios_dir / "pipeline_uniform.yaml"), "-o", str(tmp_path),
+                                         "-q", "--set", "outputs={trace: false, timeline: false}"])
+    assert pipeline.exit_code == 0, pipeline.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.csv", "plan.yaml", "summary.json"]
+    collective = CliRunner().invoke(main, ["run", str(scenarios_dir / "allreduce_single_node.yaml"), "-o",
+                                           str(tmp_path), "-q", "--set", "outputs={trace: false, timeline: false}"])
+    assert collective.exit_code == 0, collective.output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.csv", "summary.json"]

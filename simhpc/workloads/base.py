@@ -69,6 +69,8 @@ class Workload(ABC):
 
     Config: ClassVar[type[Strict]]
     needs_network: ClassVar[bool] = False
+    output_names: ClassVar[tuple[str, ...]] = ()
+    """The files :meth:`output_files` may write (a run removes those an earlier run left)."""
 
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
@@ -91,5 +93,6 @@ class Workload(ABC):
         """Results after the simulation has run (JSON-serialisable, deterministic)."""
 
     def output_files(self) -> dict[str, str]:
-        """Files of its own the workload adds to a run's folder: name -> text (deterministic)."""
+        """Files of its own the workload adds to a run's folder: name -> text (deterministic), each
+        named in :attr:`output_names`."""
         return {}

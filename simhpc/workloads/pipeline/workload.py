@@ -128,6 +128,7 @@ class PipelineTrainingWorkload(Workload):
 
     Config = PipelineTrainingConfig
     needs_network = True
+    output_names = ("plan.yaml",)
 
     @classmethod
     def check(cls, config: PipelineTrainingConfig, catalog: Catalog, topology: Any) -> None:
