@@ -2278,14 +2278,16 @@ def test_recurrent_layers_are_timed_from_their_own_points(tmp_path: Path) -> Non
 def test_microbench_recurrent_layer_times_are_milliseconds() -> None:
     """oneDNN's LSTM layer, forward and backward, on the smallest point: neither a clock error
     (a microsecond) nor a broken loop (a second); its backward does about twice its work. Each is
-    taken as the fastest of three measurements: one quick measurement on the shared 2-core host has
-    put the backward under the forward (0.42 against 0.44 ms)."""
+    taken as the median of five quick measurements, the two passes in turn: on the shared 2-core
+    host one quick measurement put the backward under the forward (0.42 against 0.44 ms), and so
+    did the fastest of three (0.39 against 0.45 ms; it is 0.60-0.72 against 0.41-0.45 ms)."""
     from simhpc.costs.benchsuite import load_submodule
 
     recurrent, timing = load_submodule("recurrent"), load_submodule("timing")
     shape = recurrent.shapes(quick=True)[0]
-    rows = [min((recurrent.measure_recurrent(*shape, backward, 1, timing.QUICK) for _ in range(3)),
-                key=lambda row: row["time_s"]) for backward in (False, True)]
+    rounds = [[recurrent.measure_recurrent(*shape, backward, 1, timing.QUICK) for backward in (False, True)]
+              for _ in range(5)]
+    rows = [sorted((pair[index] for pair in rounds), key=lambda row: row["time_s"])[2] for index in (0, 1)]
     assert [row["backward"] for row in rows] == [False, True] and rows[0]["length"] == shape[0]
     assert all(1e-5 < row["time_s"] < 1.0 for row in rows)
     assert rows[1]["time_s"] > rows[0]["time_s"]
