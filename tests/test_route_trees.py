@@ -21,8 +21,8 @@ from tests.test_topology import GB, dgx
 def test_a_single_link_node_shares_its_neighbours_search(build) -> None:
     """The shortcut tree of a node with one outgoing link equals a full search from it."""
     topo = build()
+    trees = topo._route_trees()
     for node in topo.nodes:
-        trees = topo._route_trees()
         assert trees.tree(node) == trees.search(node), node
 
 

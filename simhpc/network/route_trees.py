@@ -272,7 +272,7 @@ class _Tree(Mapping[str, Predecessors]):
 
     def __contains__(self, node: object) -> bool:
         i = self._ordinal.get(node) if isinstance(node, str) else None
-        return i is not None and i < len(self._reached) and bool(self._reached[i])  # a node added since: not
+        return i is not None and i < len(self._reached) and bool(self._reached[i])  # a node added after the search: not
 
     def __iter__(self) -> Iterator[str]:
         return (self._names[i] for i in np.flatnonzero(self._reached))
