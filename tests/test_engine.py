@@ -32,6 +32,25 @@ def test_run_counts_events_and_stops_at_until():
     assert sim.events_processed == 12 > first
 
 
+def test_an_event_at_a_time_fires_there_exactly_where_a_timeout_may_not():
+    sim = Simulation()
+    fired = []
+
+    def late():
+        yield sim.timeout(1.0)
+        target = 2.0**53 + 2  # where a timeout of target - now does not land: its ulp is 2
+        assert sim.now + (target - sim.now) != target
+        yield sim.at(target)
+        fired.append(sim.now)
+        yield sim.at(sim.now)  # now itself is allowed
+        with pytest.raises(ValueError, match="before now"):
+            sim.at(sim.now / 2)
+
+    sim.process(late())
+    sim.run()
+    assert fired == [2.0**53 + 2]
+
+
 def test_a_run_makes_no_full_collection_and_restores_the_collectors_thresholds():
     """While events run the oldest generation is never collected (each full collection walks every
     route and record a run has kept); the young ones are, and the thresholds come back after, an

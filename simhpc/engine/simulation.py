@@ -6,6 +6,7 @@ import gc
 import zlib
 from collections import Counter
 from collections.abc import Generator
+from heapq import heappush
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,22 @@ class Simulation:
     def timeout(self, delay: float, value: Any = None) -> simpy.Timeout:
         """An event that fires ``delay`` seconds from now."""
         return self.env.timeout(delay, value)
+
+    def at(self, time: float) -> simpy.Event:
+        """An event that fires at simulated time ``time`` (>= now) exactly.
+
+        A timeout of ``time - now`` can land an ulp away (``now + (time - now)`` is not ``time``
+        where ``time``'s ulp is larger than ``now``); a schedule timed in advance
+        (:mod:`simhpc.network.analytic_ring`) must fire where a chain of timeouts would have.
+        """
+        env = self.env
+        if not time >= env.now:
+            raise ValueError(f"cannot schedule an event at {time!r}, before now ({env.now!r})")
+        event = simpy.Event(env)
+        event._ok = True  # triggered, as a Timeout is when made
+        event._value = None
+        heappush(env._queue, (time, simpy.events.NORMAL, next(env._eid), event))
+        return event
 
     def event(self) -> simpy.Event:
         """A fresh event to be triggered by hand."""
