@@ -10,6 +10,7 @@ holds a :class:`LinkSpanTally` instead: the last span, the spans' count and thei
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -40,16 +41,30 @@ class LinkAccounting:
         count = len(topology.links)
         self._bytes = np.zeros(count)
         self._carried: dict[tuple[int, ...], float] = {}
+        self._later: list[Callable[[np.ndarray], None]] = []
         self._capacity = topology.capacities
         self._tracks: list[Track | None] = [None] * count
         self._utilisation: list[CounterSeries | None] = [None] * count
         self._busy = np.zeros(count, dtype=bool)
         """Per link: whether its load is above zero (flow mode)."""
         self._tally = None if spans else _Tallies(count)
+        self._slot = np.zeros(count, dtype=np.int64)
+        """Scratch space of :meth:`busy_from` (a link's last position in its batch)."""
 
     def carried(self, path: tuple[int, ...], nbytes: float) -> None:
         """Count ``nbytes`` on every link of ``path`` (summed per path until read)."""
         self._carried[path] = self._carried.get(path, 0.0) + nbytes
+
+    def carried_later(self, flush: Callable[[np.ndarray], None]) -> None:
+        """Have ``flush(bytes)`` add to ``bytes`` (per link) what its transfers have carried since
+        it last ran, whenever the bytes are read, until :meth:`carried_all` (a schedule that counts
+        its transfers' ends in bulk)."""
+        self._later.append(flush)
+
+    def carried_all(self, flush: Callable[[np.ndarray], None]) -> None:
+        """``flush``'s transfers have all ended: count the rest of their bytes and forget it."""
+        flush(self._bytes)
+        self._later.remove(flush)
 
     @property
     def bytes(self) -> np.ndarray:
@@ -58,6 +73,8 @@ class LinkAccounting:
             for path, nbytes in self._carried.items():
                 self._bytes[list(path)] += nbytes
             self._carried.clear()
+        for flush in self._later:
+            flush(self._bytes)
         return self._bytes
 
     def _track(self, link: int) -> Track:
@@ -90,6 +107,38 @@ class LinkAccounting:
                     spans[-1].end = end
             else:
                 track.span("busy", start, end, "network")
+
+    def busy_from(self, start: float, links: np.ndarray, ends: np.ndarray, distinct: bool = False) -> None:
+        """Mark each ``links[j]`` busy over [start, ends[j]]: the paths of several transfers issued
+        at ``start`` (now), one after another, as :meth:`busy` would one at a time (``distinct``:
+        the caller knows no link is there twice)."""
+        tally = self._tally
+        if tally is None:
+            for link, end in zip(links.tolist(), ends.tolist()):
+                self.busy((link,), start, end)
+            return
+        if not tally.tracked[links].all():
+            for link in dict.fromkeys(links[~tally.tracked[links]].tolist()):  # in busy()'s order
+                self._track(link)
+        if not distinct:
+            positions = np.arange(links.size)
+            self._slot[links] = positions
+            distinct = bool((self._slot[links] == positions).all())
+        if distinct:
+            unique, latest = links, ends
+        else:  # one start: a link's later calls only extend its span
+            unique, inverse = np.unique(links, return_inverse=True)
+            latest = np.full(unique.size, -np.inf)
+            np.maximum.at(latest, inverse, ends)
+        extend = (tally.count[unique] > 0) & (start <= tally.end[unique])
+        extended = unique[extend]
+        tally.end[extended] = np.maximum(tally.end[extended], latest[extend])
+        opened = unique[~extend]
+        ended = opened[tally.count[opened] > 0]
+        tally.closed[ended] += tally.end[ended] - tally.start[ended]
+        tally.start[opened] = start
+        tally.end[opened] = latest[~extend]
+        tally.count[opened] += 1
 
     def loads_changed(self, links: np.ndarray, loads: np.ndarray, now: float) -> None:
         """Record new link loads (bytes/s) at ``now`` on ``links`` (distinct): utilisation samples,

@@ -11,7 +11,9 @@
   rate ``bytes / drain time`` meets those times without any end link over capacity. Links
   inside the fabric (switch uplinks, spines) are never shared: transfers of different batches,
   and a batch's messages meeting on an inner link, do not slow each other. One SimPy timeout
-  per transfer.
+  per transfer, except in a ring whose ranks start together: nothing else changes its times, so
+  it is timed in advance (:mod:`simhpc.network.analytic_ring`), its transfers that end together
+  one event.
 * ``flow``: a transfer waits the path latency, then its bytes drain at the max-min fair rate
   of the moment, recomputed whenever a flow starts or ends (:mod:`simhpc.network.flowmodel`).
 
@@ -86,7 +88,7 @@ class Network:
         Returns:
             An event that fires when the last byte arrives.
         """
-        route = self._checked_route(src, dst, nbytes)
+        route = self.checked_route(src, dst, nbytes)
         self.transfers += 1
         self.bytes_sent += nbytes
         env = self.sim.env
@@ -122,7 +124,7 @@ class Network:
         """
         if self._flows is not None:
             return [self.transfer(src, dst, nbytes, name) for src, dst, nbytes in batch]
-        routes = [self._checked_route(src, dst, nbytes) for src, dst, nbytes in batch]
+        routes = [self.checked_route(src, dst, nbytes) for src, dst, nbytes in batch]
         load: dict[int, float] = {}
         for route, (_, _, nbytes) in zip(routes, batch):
             self.transfers += 1
@@ -148,8 +150,8 @@ class Network:
             events.append(self._analytic(route, nbytes, route.latency + drain))
         return events
 
-    def _checked_route(self, src: str, dst: str, nbytes: float) -> Route:
-        """The route of a transfer, after checking its size."""
+    def checked_route(self, src: str, dst: str, nbytes: float) -> Route:
+        """The route of a transfer of ``nbytes`` (checked: finite, >= 0) from ``src`` to ``dst``."""
         if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
             raise ValueError(f"transfer {src} -> {dst}: nbytes must be a finite number >= 0, got {nbytes!r}")
         return self.topology.route(src, dst)

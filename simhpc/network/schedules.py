@@ -3,7 +3,8 @@
 A schedule moves chunks between the ranks of a group. :meth:`start` tells it a rank has its
 input; ``on_done(i)`` is called once rank ``i`` has sent and received everything. Schedules
 chain by passing one's ``start`` as another's ``on_done`` (the phases of a hierarchical
-all-reduce). Each rank sends one message at a time.
+all-reduce). Each rank sends one message at a time. A ring whose ranks all start at once
+(:meth:`Ring.start_all`) is timed in advance on an analytic network.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import partial
 
 import simpy
 
+from simhpc.network.analytic_ring import AnalyticRing
 from simhpc.network.fabric import Network
 
 Done = Callable[[int], None]
@@ -47,6 +49,16 @@ class Ring:
         self._sending = [False] * size
         self._sent = [0] * size
         self._received = [0] * size
+
+    def start_all(self) -> None:
+        """Every rank has its input now. On an analytic network the ring is timed in advance
+        (:class:`~simhpc.network.analytic_ring.AnalyticRing`: the same times and records, a
+        step's transfers that end together in one event)."""
+        if self.network.mode == "analytic" and self.steps > 0:
+            AnalyticRing(self.network, self.ranks, self.steps, self.chunk, self.on_done).start()
+            return
+        for i in range(len(self.ranks)):
+            self.start(i)
 
     def start(self, i: int) -> None:
         """Rank ``i`` has its input."""

@@ -63,6 +63,7 @@ class CollectiveWorkload(Workload):
             MAX_TRANSFERS,
             MAX_TRANSFERS_A_ROUND,
             check_all_to_all_ranks,
+            simulated_transfers,
             transfer_count,
             uneven_nodes,
         )
@@ -100,14 +101,16 @@ class CollectiveWorkload(Workload):
                 raise InvalidReference("ranks", "the hierarchical all-reduce needs the same number of ranks "
                                        f"on every node, got {per_node}")
         nodes = len({self.ctx.network.topology.node_of(rank) for rank in ranks})
+        mode = self.ctx.network.mode
         transfers = transfer_count(config.collective, config.algorithm, len(ranks), nodes)
-        if transfers > MAX_TRANSFERS_A_ROUND:
+        cost = simulated_transfers(config.collective, config.algorithm, len(ranks), nodes, mode)
+        counted = (f"{transfers:,} transfers, each simulated on its own" if cost == transfers else
+                   f"{transfers:,} transfers, which a ring on the analytic network simulates as {cost:,} on their own")
+        if cost > MAX_TRANSFERS_A_ROUND:
             raise InvalidReference("ranks", f"a {self.algorithm} {config.collective} among {len(ranks)} ranks makes "
-                                   f"{transfers:,} transfers, each simulated on its own: at most "
-                                   f"{MAX_TRANSFERS_A_ROUND:,} (set workload.ranks)")
-        if transfers * config.iterations > MAX_TRANSFERS:
-            raise InvalidReference("iterations", f"{config.iterations} x {transfers:,} transfers, each simulated on "
-                                   f"its own: at most {MAX_TRANSFERS:,} in all")
+                                   f"{counted}: at most {MAX_TRANSFERS_A_ROUND:,} (set workload.ranks)")
+        if cost * config.iterations > MAX_TRANSFERS:
+            raise InvalidReference("iterations", f"{config.iterations} x {counted}: at most {MAX_TRANSFERS:,} in all")
         self.ranks = ranks
         self.comm = Communicator(self.ctx.network, ranks, name=config.collective)
         self.durations: list[float] = []
