@@ -5,7 +5,9 @@ Each host is one rank on a non-blocking two-level fat-tree (32 hosts per leaf, 1
 simulation, the events processed and their rate, and the simulated time against the textbook
 ``2(n-1)/n * S/B + 2(n-1) * alpha`` (alpha: the ring's slowest hop, four links between leaves),
 which both modes should meet on a non-blocking fabric. A ring issues 2(n-1) messages per rank,
-so the work grows as n^2: 4096 hosts (33.5 M messages) take minutes in analytic mode.
+so the work grows as n^2. Flow mode simulates each message; analytic mode times the ring in
+advance (:mod:`simhpc.network.analytic_ring`), a step's messages that end together one event, so
+4096 hosts (33.5 M messages) take seconds there (minutes before session 63).
 
     .venv/bin/python benchmarks/scale.py [--hosts 64 256 1024] [--flow-max 256] [--mib 64]
 """
