@@ -306,4 +306,5 @@ class _FirstHop(Mapping[str, Predecessors]):
 
 def entries(tree: Mapping[str, Predecessors]) -> int:
     """Array entries a kept tree holds alive (a heap search's dict: one per node)."""
-    return getattr(tree, "entries", len(tree))
+    counted = getattr(tree, "entries", None)  # not a default of getattr: len() of a first-hop tree walks it
+    return len(tree) if counted is None else counted
