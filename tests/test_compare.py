@@ -759,8 +759,8 @@ def test_a_second_backward_in_a_step_pays_for_the_bytes_since_the_first() -> Non
 def test_every_profiled_training_step_has_one_of_each_transition() -> None:
     """In a captured training step: one start, one backward entry and one backward exit (the
     optimizer's first op), and the step's bytes are counted from its ops' shapes."""
-    from simhpc.trace.compare import traced_kernel
     from simhpc.trace.framework_costs import subtree_footprint
+    from simhpc.trace.op_predictions import traced_kernel
     from simhpc.trace.step_ops import step_footprints, top_level_ops, transition_before
 
     trace = read_trace(next(CAPTURES.glob("cnn_t1.json*")))
@@ -1419,7 +1419,7 @@ def test_products_pay_for_what_ran_before_them() -> None:
     constant in proportion to the bytes since it, and nothing for operands it read; an operand read
     more than the effective cache's bytes ago is charged again; on t threads, (t - 1) / t of a
     cached one too, and the share is of t cores' private caches."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
     def op(index: int, shapes: list) -> OpRecord:
@@ -1468,7 +1468,7 @@ def test_a_matrix_vector_product_finds_on_its_core_what_one_thread_read() -> Non
     size is all on its core: no share of it is charged as in the other core's cache. One last read
     by an op the threads split is, as is any operand of a product the threads split. It pays the
     cold parts of one thread."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import GRAIN_ELEMENTS, charge_products
 
     gemv = Gemm(dtype="fp32", m=1, n=1024, k=1024, layout="nt")
@@ -1499,7 +1499,7 @@ def test_a_matrix_vector_product_finds_on_its_core_what_one_thread_read() -> Non
 def test_a_flattened_activation_is_the_tensor_the_op_before_read() -> None:
     """A classifier's input is a view (``flatten``) of the last block's output: a ``[64, 4096]``
     operand right after an op that read ``[64, 64, 8, 8]`` is in cache, not charged its bytes."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
     relu = Elementwise(dtype="fp32", n=64 * 4096, op="relu", inputs=1, outputs=1)
@@ -1519,7 +1519,7 @@ def test_an_output_block_freed_long_before_is_fetched_before_it_is_written() -> 
     hold the 5 MiB, and a small product's output in cache is half in the other core's: it pays
     that half, with memory events or without."""
     from simhpc.trace.allocations import BlockHistory
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
     from simhpc.trace.readers import MemoryEvent
 
@@ -1557,7 +1557,7 @@ def test_with_rewrite_points_an_output_pays_the_share_of_its_lines_its_distance_
     cached; one freed 100 MiB before pays all of its lines. A product larger than the private
     caches pays its distance's share too, over its loop's."""
     from simhpc.trace.allocations import BlockHistory
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
     from simhpc.trace.readers import MemoryEvent
 
@@ -1592,7 +1592,7 @@ def test_with_rewrite_points_an_output_pays_the_share_of_its_lines_its_distance_
 def test_a_product_of_the_layout_just_used_finds_its_kernels_warm() -> None:
     """Two backward passes of one linear layer in a row: the second pass's products follow the
     first's of the same layout within a few bytes, so they pay little of their layout's share."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
     grad_input = Gemm(dtype="fp32", m=64, n=256, k=10)
@@ -1618,7 +1618,7 @@ def test_a_matrix_vector_product_after_one_of_its_kernel_finds_its_state_in_the_
     cache's cost (0.1 of memory's here) and the last-level cache's share at memory's, of the bytes
     brought after the previous one ended (its own matrix streamed beside its running kernel). A
     product of another kernel pays by the private caches alone, as before."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
     gemv = Gemm(dtype="fp32", m=1, n=1024, k=1024, layout="nt")
@@ -1645,7 +1645,7 @@ def test_tensors_the_ops_before_touched_do_not_evict_the_blas_state(name: str, w
     step before touched. The next product's share of the constant counts the bytes brought into
     the cache since the last product: that product's own (packed into its buffers), none of the
     accumulation's operands, and its output only when it is not written in place."""
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
     from simhpc.trace.product_reuse import charge_products
 
     accumulate = Elementwise(dtype="fp32", n=512 * 512, op="add", inputs=2, outputs=1)

@@ -18,8 +18,9 @@ from simhpc.costs.kernels import Gemm, Recurrent
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.hardware.host import COMMITTED_CALIBRATION
-from simhpc.trace.compare import OTHER_DTYPE, compare_trace, traced_kernel
+from simhpc.trace.compare import OTHER_DTYPE, compare_trace
 from simhpc.trace.irregularities import CONCURRENT_OPS, UNEVEN_STEPS, concurrent_ops
+from simhpc.trace.op_predictions import traced_kernel
 from simhpc.trace.readers import IMPROPER_NESTING, TraceError, parse_trace, read_trace
 from simhpc.trace.thread_count import MIN_PRODUCT_S, infer_threads
 

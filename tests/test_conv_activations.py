@@ -9,8 +9,9 @@ from simhpc.costs.calibration_file import host_specs, load_calibration
 from simhpc.costs.model import CostModel
 from simhpc.costs.opmap import kernel_for
 from simhpc.hardware.host import COMMITTED_CALIBRATION
-from simhpc.trace.compare import compare_trace, traced_kernel
+from simhpc.trace.compare import compare_trace
 from simhpc.trace.conv_activations import activation_bytes
+from simhpc.trace.op_predictions import traced_kernel
 from simhpc.trace.readers import parse_trace
 
 MIB = 1 << 20

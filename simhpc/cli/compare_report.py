@@ -8,7 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simhpc.trace.compare import Comparison, percent_error
+from simhpc.trace.compare import Comparison
+from simhpc.trace.op_predictions import percent_error
 from simhpc.trace.page_charges import EVENTS_AND_HEAP_GROWTH, HEAP_GROWTH
 from simhpc.trace.records import OPTIMIZER_STEPS, REPEATED_RUNS
 from simhpc.units import counted, format_time

@@ -16,7 +16,7 @@ from simhpc.trace.readers import Trace
 from simhpc.trace.trimmed_pages import trimmed_part
 
 if TYPE_CHECKING:
-    from simhpc.trace.compare import OpPrediction
+    from simhpc.trace.op_predictions import OpPrediction
 
 
 def add_first_touch(trace: Trace, predictions: list[OpPrediction], model: CostModel, threads: int) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from simhpc.costs.calibration_file import Calibration
 from simhpc.costs.kernels import Attention, Gemm, Recurrent
 from simhpc.costs.model import CostModel, Device
-from simhpc.trace.compare import traced_kernel
+from simhpc.trace.op_predictions import traced_kernel
 from simhpc.trace.readers import Trace
 
 MIN_PRODUCT_S = 200e-6

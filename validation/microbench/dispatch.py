@@ -166,8 +166,8 @@ def _profiled_transitions(width: int, layers: int) -> tuple[dict[str, float], di
     from torch import nn
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from simhpc.trace.compare import traced_kernel
     from simhpc.trace.framework_costs import subtree_footprint
+    from simhpc.trace.op_predictions import traced_kernel
     from simhpc.trace.readers import read_trace
     from simhpc.trace.step_ops import FRAMEWORK_KINDS, step_work, top_level_ops, transition_before
 

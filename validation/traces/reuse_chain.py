@@ -39,7 +39,7 @@ from simhpc.costs.calibration import CalibratedEfficiency
 from simhpc.costs.calibration_file import load_calibration
 from simhpc.costs.kernels import Elementwise
 from simhpc.costs.model import CostModel
-from simhpc.trace.compare import OpPrediction
+from simhpc.trace.op_predictions import OpPrediction
 from simhpc.trace.readers import OpRecord
 from simhpc.trace.stream_reuse import charge_streams
 
