@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simhpc.engine import Simulation
-from simhpc.network import Communicator, Network, Topology, fat_tree, single_switch
+from simhpc.network import Communicator, Network, Topology, fat_tree, gpu_cluster, single_switch
 from simhpc.network.analytic_ring import AnalyticRing
 from simhpc.network.schedules import Ring
 
@@ -148,3 +148,57 @@ def test_only_an_analytic_network_times_a_ring_in_advance() -> None:
     topo = single_switch(4, 1e10, 1e-6)
     with pytest.raises(ValueError, match="analytic"):
         AnalyticRing(Network(sim, topo, "flow"), topo.endpoints, 3, 1e6, print)
+
+
+def run_hierarchical(nodes: int, *, advance: bool, spans: bool, until: float | None = None) -> dict:
+    """A hierarchical all-reduce over ``nodes`` 4-GPU nodes among other transfers; what the run recorded.
+    Without ``advance`` the network does not say it is analytic, so no ring is timed in advance."""
+    topo = gpu_cluster(nodes=nodes, gpus_per_node=4, nvlink_bandwidth=300e9, nvlink_latency=1e-6,
+                       pcie_bandwidth=32e9, pcie_latency=1e-6, nics_per_node=2, nic_bandwidth=25e9, nic_latency=2e-6,
+                       fabric="single_switch")
+    sim = Simulation()
+    network = Network(sim, topo, "analytic", link_spans=spans)
+    if not advance:
+        network.mode = "analytic, transfer by transfer"  # transfers still analytic; collectives event-driven
+    rng = np.random.default_rng(nodes)
+    hosts = topo.endpoints
+
+    def other(delay: float, src: str, dst: str):
+        yield sim.timeout(delay)
+        yield network.transfer(src, dst, 4e5)
+
+    for _ in range(12):
+        src, dst = rng.choice(len(hosts), 2, replace=False)
+        sim.process(other(float(rng.uniform(0, 2e-4)), hosts[src], hosts[dst]))
+    comm = Communicator(network, hosts)
+    comm.all_reduce(6e6, "hierarchical")
+    sim.run(until)
+    busy = {}
+    for link, track in enumerate(network.accounting._tracks):
+        if track is not None:
+            tally = track.spans
+            busy[link] = ([(s.start, s.end) for s in tally] if spans
+                          else (len(tally), tally.busy_time(), tally[-1].start, tally[-1].end))
+    ranks = sorted((track.process, track.thread, [(s.start, s.end) for s in track.spans])
+                   for track in sim.trace.tracks if track.process != "network")
+    return {"now": sim.now, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
+            "link_bytes": network.link_bytes.copy(), "busy": busy, "ranks": ranks}
+
+
+@pytest.mark.parametrize("spans", [True, False])
+@pytest.mark.parametrize("nodes", [1, 2, 5])
+def test_a_hierarchical_all_reduce_is_timed_and_recorded_as_transfer_by_transfer(nodes: int, spans: bool) -> None:
+    slow = run_hierarchical(nodes, advance=False, spans=spans)
+    fast = run_hierarchical(nodes, advance=True, spans=spans)
+    assert len(fast["ranks"]) == 4 * nodes
+    assert fast["ranks"] == slow["ranks"]  # each rank's collective ends at the same time, to the bit
+    assert fast["now"] == slow["now"] and fast["transfers"] == slow["transfers"]
+    assert fast["bytes_sent"] == pytest.approx(slow["bytes_sent"], rel=1e-12)
+    np.testing.assert_allclose(fast["link_bytes"], slow["link_bytes"], rtol=1e-12)
+    assert fast["busy"] == slow["busy"]
+    for fraction in (0.4, 0.8):  # stopped part way
+        until = fraction * fast["now"]
+        slow = run_hierarchical(nodes, advance=False, spans=spans, until=until)
+        fast = run_hierarchical(nodes, advance=True, spans=spans, until=until)
+        assert (fast["transfers"], fast["busy"]) == (slow["transfers"], slow["busy"])
+        np.testing.assert_allclose(fast["link_bytes"], slow["link_bytes"], rtol=1e-12)

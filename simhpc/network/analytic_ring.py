@@ -57,12 +57,13 @@ def _grouped(times: np.ndarray) -> tuple[np.ndarray, list[np.ndarray | None]]:
 
 
 class AnalyticRing:
-    """A :class:`~simhpc.network.schedules.Ring` whose ranks all start now, on an analytic network.
+    """A :class:`~simhpc.network.schedules.Ring` on an analytic network whose ranks' inputs are all
+    known now: they have them now, or will at known times (:meth:`start`).
 
     Args:
         network: an analytic-mode network.
-        ranks: endpoint names in ring order (at least two).
-        steps: chunks each rank sends (and receives), at least one.
+        ranks: endpoint names in ring order.
+        steps: chunks each rank sends (and receives); none with one rank.
         chunk: bytes per chunk.
         on_done: called with a rank's index when it has sent and received all ``steps``.
     """
@@ -74,15 +75,16 @@ class AnalyticRing:
             raise ValueError(f"an analytic ring needs an analytic network, not a {network.mode!r} one")
         self.network = network
         self.sim = network.sim
-        self.steps = steps
+        self.size = size = len(ranks)
+        self.steps = steps if size > 1 else 0
         self.chunk = chunk
         self.on_done = on_done
-        self.size = size = len(ranks)
-        routes = [network.checked_route(ranks[i], ranks[(i + 1) % size], chunk) for i in range(size)]
+        pairs = size if self.steps else 0
+        routes = [network.checked_route(ranks[i], ranks[(i + 1) % size], chunk) for i in range(pairs)]
         self.duration = np.array([r.latency + chunk / r.bandwidth if r.path else 0.0 for r in routes])
         carrying = [r.path if chunk > 0 else () for r in routes]  # an empty transfer marks no link
-        widest = max(len(path) for path in carrying)
-        paths = np.full((size, widest), -1, dtype=np.int64)
+        widest = max((len(path) for path in carrying), default=0)
+        paths = np.full((pairs, widest), -1, dtype=np.int64)
         for rank, path in enumerate(carrying):
             paths[rank, : len(path)] = path
         on_path = paths >= 0
@@ -97,13 +99,37 @@ class AnalyticRing:
         self._ended_count = np.zeros(size, dtype=np.int64)
         """Per rank, its transfers ended since the link bytes were last counted."""
 
-    def start(self) -> None:
-        """Issue every rank's first transfer now and time the ring."""
-        end = self.sim.now + self.duration
-        self._issue(self.sim.now, AllRanks, end)
+    def start(self, ready: np.ndarray | None = None) -> None:
+        """Time the ring: each rank has its input now, or at ``ready`` (per rank, none before now)."""
+        if not self.steps:
+            self._finish_at(np.full(self.size, self.sim.now) if ready is None else ready)
+            return
+        if ready is None:
+            end = self.sim.now + self.duration
+            self._issue(self.sim.now, AllRanks, end)
+        else:
+            end = ready + self.duration
+            times, groups = _grouped(ready)
+            for time, ranks in zip(times.tolist(), groups):
+                self.sim.at(time).callbacks.append(partial(self._first, ranks, end))
         if self._links.size:
             self.network.accounting.carried_later(self._count_bytes)
         self._time(_Step(0, end))
+
+    def done_times(self, ready: np.ndarray | None = None) -> np.ndarray:
+        """When each rank will be done if started (:meth:`start`) now with ``ready``: the same
+        recurrence, all of it at once."""
+        ready = np.full(self.size, self.sim.now) if ready is None else ready
+        if not self.steps:
+            return ready
+        end = ready + self.duration
+        for _ in range(self.steps - 1):
+            end = np.maximum(end, np.roll(end, 1)) + self.duration
+        return np.maximum(end, np.roll(end, 1))
+
+    def _first(self, ranks: np.ndarray | None, end: np.ndarray, _event: simpy.Event) -> None:
+        """The ``ranks`` have their input: their first transfers go."""
+        self._issue(self.sim.now, ranks, end)
 
     def _count_bytes(self, carried: np.ndarray) -> None:
         """Add the bytes of the transfers ended since the last call to ``carried`` (per link)."""
@@ -155,9 +181,7 @@ class AnalyticRing:
         """Time the step after ``step``, or, after the last, when each rank is done."""
         arrived = np.maximum(step.end, np.roll(step.end, 1))  # own send and predecessor's both in
         if step.index + 1 == self.steps:
-            times, groups = _grouped(arrived)
-            for time, ranks in zip(times.tolist(), groups):
-                self.sim.at(time).callbacks.append(partial(self._done, ranks))
+            self._finish_at(arrived)
             return
         if len(step.groups) == 1:
             step.next_starts = [AllRanks]
@@ -167,6 +191,12 @@ class AnalyticRing:
             step.next_starts = np.split(order, np.cumsum(np.bincount(which, minlength=len(step.times)))[:-1])
         step.next_end = arrived + self.duration
         self._time(_Step(step.index + 1, step.next_end))
+
+    def _finish_at(self, done: np.ndarray) -> None:
+        """Have each rank's ``on_done`` called at its ``done`` time."""
+        times, groups = _grouped(done)
+        for time, ranks in zip(times.tolist(), groups):
+            self.sim.at(time).callbacks.append(partial(self._done, ranks))
 
     def _done(self, ranks: np.ndarray | None, _event: simpy.Event) -> None:
         for rank in range(self.size) if ranks is AllRanks else ranks.tolist():

@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 
 from simhpc.engine import Track
+from simhpc.network.analytic_ring import AnalyticRing
 from simhpc.network.fabric import Network
 from simhpc.network.schedules import BinomialTree, Ring
 
@@ -54,6 +55,10 @@ def simulated_transfers(collective: str, algorithm: str, ranks: int, nodes: int,
     transfers = transfer_count(collective, algorithm, ranks, nodes)
     ring = collective in ("reduce_scatter", "all_gather") or (collective, algorithm) == ("all_reduce", "ring")
     return -(-transfers // ANALYTIC_RING_SHARE) if ring and mode == "analytic" else transfers
+
+
+def _ignore(_rank: int) -> None:
+    """A ring's ``on_done`` where nothing waits on it."""
 
 
 def uneven_nodes(network: Network, ranks: Sequence[str]) -> dict[str, int] | None:
@@ -245,6 +250,9 @@ class Communicator:
             return Ring(self.network, [self.ranks[i] for i in members], local - 1, size / local, tag, done)
 
         gather = [in_node(members, partial(self._map_done, members, op.finish)) for members in nodes]
+        if self.network.mode == "analytic":
+            self._hierarchical_in_advance(nodes, gather, size)
+            return
         across = [
             Ring(
                 self.network,
@@ -259,6 +267,22 @@ class Communicator:
         scatter = [in_node(members, partial(self._start_across, across, a)) for a, members in enumerate(nodes)]
         for ring in scatter:
             ring.start_all()
+
+    def _hierarchical_in_advance(self, nodes: list[list[int]], gather: list[Ring], size: float) -> None:
+        """The analytic network's hierarchical all-reduce: the rings in the nodes and across them
+        timed in advance (:class:`AnalyticRing`), each rank joining a ring across the nodes when
+        its node's ring is done with it; the all-gathers in the nodes (each rank's input at its own
+        time) transfer by transfer."""
+        network, local = self.network, len(nodes[0])
+        ready = np.empty((len(nodes), local))
+        for a, members in enumerate(nodes):
+            scatter = AnalyticRing(network, [self.ranks[i] for i in members], local - 1, size / local, _ignore)
+            ready[a] = scatter.done_times()
+            scatter.start()
+        for j in range(local):
+            across = AnalyticRing(network, [self.ranks[members[j]] for members in nodes], 2 * (len(nodes) - 1),
+                                  size / (local * len(nodes)), partial(self._start_in, gather, j))
+            across.start(ready[:, j])
 
     @staticmethod
     def _map_done(members: list[int], finish: Callable[[int], None], j: int) -> None:
