@@ -285,6 +285,16 @@ def test_the_estimate_follows_each_message_path(scenarios_dir, scenario: str, ov
     assert summary["mean_time_s"] == pytest.approx(summary["alpha_beta_estimate_s"], rel=1e-9)
 
 
+def test_rings_timed_in_advance_count_a_sixteenth_against_the_limits() -> None:
+    from simhpc.network.collectives import simulated_transfers, transfer_count
+
+    assert simulated_transfers("all_reduce", "ring", 64, 1, "flow") == transfer_count("all_reduce", "ring", 64)
+    assert simulated_transfers("all_reduce", "ring", 64, 1, "analytic") == 2 * 64 * 63 // 16
+    assert simulated_transfers("all_reduce", "tree", 64, 1, "analytic") == 2 * 63
+    # 8 nodes of 4: the all-gathers in the nodes (32 x 3) each count, the reduce-scatters and rings across a sixteenth
+    assert simulated_transfers("all_reduce", "hierarchical", 32, 8, "analytic") == 32 * 3 + (32 * 3 + 2 * 32 * 7) // 16
+
+
 def test_transfer_counts_are_what_the_collectives_send() -> None:
     """Counted from the communicator's own sends: a ring 2 n (n - 1) (all-reduce) or n (n - 1), a
     tree 2 (n - 1), the hierarchical rings inside and across the nodes, a broadcast n - 1."""

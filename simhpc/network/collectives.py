@@ -51,10 +51,16 @@ time tallied: 0.45 us a transfer, against about 9 us one by one)."""
 
 def simulated_transfers(collective: str, algorithm: str, ranks: int, nodes: int, mode: str) -> int:
     """What one collective costs to simulate, in transfers simulated on their own: its
-    :func:`transfer_count`, a ring's on an analytic network counted :data:`ANALYTIC_RING_SHARE` to one."""
+    :func:`transfer_count`, those of rings timed in advance on an analytic network counted
+    :data:`ANALYTIC_RING_SHARE` to one (a hierarchical all-reduce's but its all-gathers in the nodes)."""
     transfers = transfer_count(collective, algorithm, ranks, nodes)
+    if mode != "analytic":
+        return transfers
+    if (collective, algorithm) == ("all_reduce", "hierarchical"):
+        gathers = ranks * (ranks // nodes - 1)
+        return gathers + -(-(transfers - gathers) // ANALYTIC_RING_SHARE)
     ring = collective in ("reduce_scatter", "all_gather") or (collective, algorithm) == ("all_reduce", "ring")
-    return -(-transfers // ANALYTIC_RING_SHARE) if ring and mode == "analytic" else transfers
+    return -(-transfers // ANALYTIC_RING_SHARE) if ring else transfers
 
 
 def _ignore(_rank: int) -> None:
