@@ -1,11 +1,12 @@
 """`AnalyticRing`: a ring schedule timed in advance, for the analytic network mode.
 
 In analytic mode a transfer takes its route's latency plus its bytes over the route's bottleneck,
-whatever else is on the links (:mod:`simhpc.network.fabric`), so a ring whose ranks all start at
-``t0`` is a max-plus recurrence. Rank ``i`` sends step ``k`` to ``i + 1`` once it has sent step
-``k - 1`` and received ``i - 1``'s:
+whatever else is on the links (:mod:`simhpc.network.fabric`), so a ring whose ranks' inputs come
+at known times ``r[i]`` (now, or when a ring before it is done with them) is a max-plus
+recurrence. Rank ``i`` sends step ``k`` to ``i + 1`` once it has sent step ``k - 1`` and received
+``i - 1``'s:
 
-    E[0][i] = t0 + d[i],    E[k][i] = max(E[k-1][i], E[k-1][i-1]) + d[i]
+    E[0][i] = r[i] + d[i],    E[k][i] = max(E[k-1][i], E[k-1][i-1]) + d[i]
 
 (``d[i]``: the time of its transfer), and it is done at ``max(E[K-1][i], E[K-1][i-1])``. These
 are the times :class:`~simhpc.network.schedules.Ring` reaches transfer by transfer, to the bit
