@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,44 @@ def test_link_bytes_read_mid_ring_then_at_its_end_are_the_transfers_ended_by_the
     assert 0 < fast_middle.sum() < fast_end.sum() and fast_count == slow_count == 70
     np.testing.assert_allclose(fast_middle, slow_middle, rtol=1e-12)
     np.testing.assert_allclose(fast_end, slow_end, rtol=1e-12)
+
+
+def staggered_run(topo: Topology, ready: np.ndarray, *, advance: bool, spans: bool) -> tuple:
+    """A 7-step ring whose ranks have their inputs at ``ready``; what the run recorded."""
+    sim = Simulation()
+    network = Network(sim, topo, "analytic", link_spans=spans)
+    done: dict[int, float] = {}
+
+    def record(rank: int) -> None:
+        done[rank] = sim.now
+
+    if advance:
+        AnalyticRing(network, topo.endpoints, 7, 5e5, record).start(ready)
+    else:
+        ring = Ring(network, topo.endpoints, 7, 5e5, "ring", record)
+        for i in np.argsort(ready, kind="stable").tolist():
+            sim.at(float(ready[i])).callbacks.append(partial(lambda rank, _event: ring.start(rank), i))
+    sim.run()
+    tracks = [track for track in network.accounting._tracks if track is not None]
+    busy = [[(s.start, s.end) for s in track.spans] if spans else (len(track.spans), track.spans.busy_time())
+            for track in tracks]
+    return done, network.transfers, network.link_bytes.copy(), busy
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ranks_joining_at_their_own_times_are_timed_as_transfer_by_transfer(seed: int) -> None:
+    """``start(ready)``: each rank has its input at its own time (a hierarchical all-reduce's ring
+    across nodes, whose ranks join as their node's ring is done with them)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 10))
+    topo = uneven_switches(n, seed)
+    ready = 1e-3 + rng.choice([0.0, 1e-4, 2.5e-4, 4e-4], n)
+    slow_done, slow_count, slow_bytes, slow_busy = staggered_run(topo, ready, advance=False, spans=bool(seed % 2))
+    fast_done, fast_count, fast_bytes, fast_busy = staggered_run(topo, ready, advance=True, spans=bool(seed % 2))
+    assert len(fast_done) == n and fast_done == slow_done and fast_count == slow_count == 7 * n
+    assert min(fast_done.values()) > ready.max()
+    np.testing.assert_allclose(fast_bytes, slow_bytes, rtol=1e-12)
+    assert fast_busy == slow_busy
 
 
 def test_a_uniform_ring_takes_two_events_a_step() -> None:
