@@ -268,6 +268,7 @@ def test_collective_workload_summary_gives_the_alpha_beta_time_of_what_it_ran(
 
 @pytest.mark.parametrize(("scenario", "overrides"), [
     ("allreduce_torus.yaml", []),  # ring hops of 1 to 3 torus links
+    ("allreduce_fat_tree_2048.yaml", ["network.topology.hosts=256"]),  # hops of 2 links in a leaf, 4 across
     ("allreduce_two_nodes.yaml", ["workload.algorithm=ring"]),  # NVLink hops and one NIC hop
     ("allreduce_two_nodes.yaml", ["workload.algorithm=tree"]),
     ("allreduce_two_nodes.yaml", ["workload.collective=broadcast", "workload.root=5"]),
