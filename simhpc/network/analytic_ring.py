@@ -57,6 +57,12 @@ def _grouped(times: np.ndarray) -> tuple[np.ndarray, list[np.ndarray | None]]:
     return ordered[np.r_[0, cuts]], np.split(order, cuts)
 
 
+def _arrived(end: np.ndarray) -> np.ndarray:
+    """When each rank has both its own transfer of a step and its predecessor's, from when each
+    rank's transfer of the step ends: when it may send the next, or is done after the last."""
+    return np.maximum(end, np.roll(end, 1))
+
+
 class AnalyticRing:
     """A :class:`~simhpc.network.schedules.Ring` on an analytic network whose ranks' inputs are all
     known now: they have them now, or will at known times (:meth:`start`).
@@ -125,8 +131,8 @@ class AnalyticRing:
             return ready
         end = ready + self.duration
         for _ in range(self.steps - 1):
-            end = np.maximum(end, np.roll(end, 1)) + self.duration
-        return np.maximum(end, np.roll(end, 1))
+            end = _arrived(end) + self.duration
+        return _arrived(end)
 
     def _first(self, ranks: np.ndarray | None, end: np.ndarray, _event: simpy.Event) -> None:
         """The ``ranks`` have their input: their first transfers go."""
@@ -180,7 +186,7 @@ class AnalyticRing:
 
     def _next(self, step: _Step) -> None:
         """Time the step after ``step``, or, after the last, when each rank is done."""
-        arrived = np.maximum(step.end, np.roll(step.end, 1))  # own send and predecessor's both in
+        arrived = _arrived(step.end)
         if step.index + 1 == self.steps:
             self._finish_at(arrived)
             return
