@@ -11,9 +11,9 @@
   rate ``bytes / drain time`` meets those times without any end link over capacity. Links
   inside the fabric (switch uplinks, spines) are never shared: transfers of different batches,
   and a batch's messages meeting on an inner link, do not slow each other. One SimPy timeout
-  per transfer, except in a ring whose ranks start together: nothing else changes its times, so
-  it is timed in advance (:mod:`simhpc.network.analytic_ring`), its transfers that end together
-  one event.
+  per transfer, except in a ring whose ranks' start times are known when it starts: nothing else
+  changes its times, so it is timed in advance (:mod:`simhpc.network.analytic_ring`), its
+  transfers that end together one event.
 * ``flow``: a transfer waits the path latency, then its bytes drain at the max-min fair rate
   of the moment, recomputed whenever a flow starts or ends (:mod:`simhpc.network.flowmodel`).
 
