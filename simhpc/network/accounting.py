@@ -42,7 +42,8 @@ class LinkAccounting:
         self._bytes = np.zeros(count)
         self._carried: dict[tuple[int, ...], float] = {}
         self._later: list[Callable[[np.ndarray], None]] = []
-        self._capacity = topology.capacities
+        self.capacity = topology.capacities
+        """Every link's bandwidth (bytes/s), by link index."""
         self._tracks: list[Track | None] = [None] * count
         self._utilisation: list[CounterSeries | None] = [None] * count
         self._busy = np.zeros(count, dtype=bool)
@@ -143,7 +144,7 @@ class LinkAccounting:
     def loads_changed(self, links: np.ndarray, loads: np.ndarray, now: float) -> None:
         """Record new link loads (bytes/s) at ``now`` on ``links`` (distinct): utilisation samples,
         and busy spans opened or closed where a link's load became or stopped being zero."""
-        fractions = loads / self._capacity[links]
+        fractions = loads / self.capacity[links]
         if self.counters:
             series_of = self._utilisation
             for link, fraction in zip(links.tolist(), fractions.tolist()):
@@ -184,7 +185,7 @@ class LinkAccounting:
         """Average utilisation of each link over ``[0, makespan]`` (bytes / capacity / time)."""
         if makespan <= 0:
             return np.zeros_like(self._bytes)
-        return self.bytes / (self._capacity * makespan)
+        return self.bytes / (self.capacity * makespan)
 
     def busiest(self, makespan: float, top: int) -> list[dict[str, Any]]:
         """The ``top`` links by bandwidth utilisation over the run (then bytes, then link index).

@@ -19,14 +19,15 @@ import numpy as np
 import simpy
 
 from simhpc.engine import Track
+from simhpc.network.analytic_batch import AnalyticBatch, PairRoutes
 from simhpc.network.analytic_ring import AnalyticRing
 from simhpc.network.fabric import Network
 from simhpc.network.schedules import BinomialTree, Ring
 
 MAX_ALL_TO_ALL_RANKS = 1024
-"""The most ranks an all-to-all runs among: it makes n (n - 1) transfers, each simulated on its own
-(2-3 KB and ~45 us of simulation a transfer here: 1024 ranks took 47 s and 2.1 GB in analytic
-mode, so 10 000 would take hours and 200 GB)."""
+"""The most ranks an all-to-all runs among: it makes n (n - 1) transfers, each routed, and in flow
+mode each simulated on its own (1024 ranks in analytic mode, where the batch is timed in advance:
+17 s and 1.1 GB here, most of it routing the pairs; 10 000 would take most of an hour and 100 GB)."""
 
 
 def check_all_to_all_ranks(n: int) -> None:
@@ -142,6 +143,8 @@ class Communicator:
             network.topology.node_of(rank)  # raises on an unknown endpoint
         self._index = {rank: i for i, rank in enumerate(self.ranks)}
         self._lanes: dict[str, list[Track]] = {}
+        self._pair_routes: PairRoutes | None = None
+        """The routes between the ranks as arrays, made by the first analytic all-to-all."""
 
     @property
     def size(self) -> int:
@@ -306,7 +309,8 @@ class Communicator:
         """Every rank sends to every other rank at once, as one batch of transfers.
 
         In analytic mode the messages share their end links (see
-        :meth:`Network.transfer_batch`): on a non-blocking switch an even all-to-all of ``S``
+        :meth:`Network.transfer_batch`), and the batch is timed in advance
+        (:mod:`simhpc.network.analytic_batch`): on a non-blocking switch an even all-to-all of ``S``
         bytes per rank takes ``alpha + (n - 1) / n * S / B``, and one by matrix ``alpha`` plus
         the busiest host link's bytes over its bandwidth.
 
@@ -326,6 +330,11 @@ class Communicator:
                 raise ValueError(f"all-to-all matrix must be {n}x{n} finite bytes >= 0")
         np.fill_diagonal(sizes, 0.0)
         op = self._begin("all_to_all", float(sizes.sum()))
+        if self.network.mode == "analytic":
+            if self._pair_routes is None:
+                self._pair_routes = PairRoutes(self.network, self.ranks)
+            AnalyticBatch(self.network, self._pair_routes, sizes, op.finish).start()
+            return op.done
         pending = (np.count_nonzero(sizes, axis=0) + np.count_nonzero(sizes, axis=1)).tolist()
         tag = self._tag("all_to_all")
         rows, cols = np.nonzero(sizes)

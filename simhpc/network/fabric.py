@@ -11,9 +11,10 @@
   rate ``bytes / drain time`` meets those times without any end link over capacity. Links
   inside the fabric (switch uplinks, spines) are never shared: transfers of different batches,
   and a batch's messages meeting on an inner link, do not slow each other. One SimPy timeout
-  per transfer, except in a ring whose ranks' start times are known when it starts: nothing else
-  changes its times, so it is timed in advance (:mod:`simhpc.network.analytic_ring`), its
-  transfers that end together one event.
+  per transfer, except where nothing else changes the times of many: a ring whose ranks' start
+  times are known when it starts (:mod:`simhpc.network.analytic_ring`) and an all-to-all's batch
+  (:mod:`simhpc.network.analytic_batch`) are timed in advance, their transfers that end together
+  one event.
 * ``flow``: a transfer waits the path latency, then its bytes drain at the max-min fair rate
   of the moment, recomputed whenever a flow starts or ends (:mod:`simhpc.network.flowmodel`).
 
@@ -35,6 +36,7 @@ import simpy
 
 from simhpc.engine import Simulation
 from simhpc.network.accounting import LinkAccounting
+from simhpc.network.analytic_batch import end_link_drains
 from simhpc.network.flowmodel import ActiveFlow, FlowModel
 from simhpc.network.topology import Route, Topology
 
@@ -125,30 +127,19 @@ class Network:
         if self._flows is not None:
             return [self.transfer(src, dst, nbytes, name) for src, dst, nbytes in batch]
         routes = [self.checked_route(src, dst, nbytes) for src, dst, nbytes in batch]
-        load: dict[int, float] = {}
-        for route, (_, _, nbytes) in zip(routes, batch):
+        for _, _, nbytes in batch:
             self.transfers += 1
             self.bytes_sent += nbytes
-            path = route.path
-            if path and nbytes > 0:
-                load[path[0]] = load.get(path[0], 0.0) + nbytes
-                if len(path) > 1:
-                    load[path[-1]] = load.get(path[-1], 0.0) + nbytes
-        links = self.topology.links
+        drains = end_link_drains(
+            np.array([nbytes for _, _, nbytes in batch], dtype=float),
+            np.array([route.bandwidth for route in routes]),
+            np.array([route.path[0] if route.path else -1 for route in routes], dtype=np.int64),
+            np.array([route.path[-1] if route.path else -1 for route in routes], dtype=np.int64),
+            self.accounting.capacity,
+        )
         env = self.sim.env
-        events: list[simpy.Event] = []
-        for route, (_, _, nbytes) in zip(routes, batch):
-            path = route.path
-            if not path:
-                events.append(env.event().succeed())
-                continue
-            drain = 0.0
-            if nbytes > 0:
-                first, last = path[0], path[-1]
-                drain = max(nbytes / route.bandwidth, load[first] / links[first].bandwidth,
-                            load[last] / links[last].bandwidth)
-            events.append(self._analytic(route, nbytes, route.latency + drain))
-        return events
+        return [self._analytic(route, nbytes, route.latency + drain) if route.path else env.event().succeed()
+                for route, (_, _, nbytes), drain in zip(routes, batch, drains.tolist())]
 
     def checked_route(self, src: str, dst: str, nbytes: float) -> Route:
         """The route of a transfer of ``nbytes`` (checked: finite, >= 0) from ``src`` to ``dst``."""
