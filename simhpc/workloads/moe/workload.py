@@ -133,6 +133,7 @@ class MoETrainingWorkload(Workload):
             raise InvalidReference("checkpoint.buffer", f"a buffer of {format_size(config.checkpoint.buffer)} "
                                    f"cuts each GPU's {format_size(state)} checkpoint into {pieces} pieces, "
                                    f"more than the limit of {MAX_COUNT}: use a larger buffer")
+        copy_rates = self._copy_rates(topology, nodes, gpus)
         self.facts = ClusterFacts(
             nodes=nodes,
             gpus_per_node=gpus,
@@ -141,8 +142,8 @@ class MoETrainingWorkload(Workload):
             state_bytes=state,
             buffer_bytes=config.checkpoint.buffer,
             replicas=min(config.checkpoint.replicas, nodes),
-            pcie_rate=self._copy_rate(topology, nodes, gpus, 0),
-            copy_rates=tuple(self._copy_rate(topology, nodes, gpus, p) for p in range(nodes)),
+            pcie_rate=copy_rates[0],
+            copy_rates=tuple(copy_rates),
             storage_rate=storage_spec.bandwidth if storage_spec else 0.0,
             host_memory=spec.host_memory,
             every=config.checkpoint.every,
@@ -177,15 +178,20 @@ class MoETrainingWorkload(Workload):
         return [Storage(self.sim, f"n{i}.{spec.name}", spec) for i in range(nodes)]
 
     @staticmethod
-    def _copy_rate(topology: Any, nodes: int, gpus: int, peers: int) -> float:
-        """Per-GPU rate when every GPU copies to its host and to ``peers`` ring peers' hosts at
-        once: the smallest fair share (bandwidth / flows) over the links the copies use."""
-        paths = [
-            topology.path(f"n{i}.gpu{j}", f"n{(i + k) % nodes}.cpu")
-            for i in range(nodes) for j in range(gpus) for k in range(peers + 1)
-        ]
-        users = Counter(link for path in paths for link in path)
-        return min(topology.links[link].bandwidth / count for link, count in users.items())
+    def _copy_rates(topology: Any, nodes: int, gpus: int) -> list[float]:
+        """Per-GPU rate when every GPU copies to its host and to ``p`` ring peers' hosts at once,
+        for ``p`` from 0 to ``nodes - 1``: the smallest fair share (bandwidth / flows) over the
+        links the copies use (each ``p`` adds one peer's copies to the links' counts)."""
+        bandwidth = topology.capacities
+        users = np.zeros(bandwidth.size, dtype=np.int64)
+        rates = []
+        for k in range(nodes):
+            links = [link for i in range(nodes) for j in range(gpus)
+                     for link in topology.path(f"n{i}.gpu{j}", f"n{(i + k) % nodes}.cpu")]
+            np.add.at(users, np.array(links, dtype=np.int64), 1)
+            used = users > 0
+            rates.append(float((bandwidth[used] / users[used]).min()))
+        return rates
 
     def start(self) -> None:
         self.sim.process(self._boot())
