@@ -113,3 +113,19 @@ def test_a_search_that_stops_at_its_end_finds_the_whole_trees_path(ecmp: bool) -
         assert walk(src, dst) == stopped
         routed += stopped is not None
     assert routed > len(machine) ** 2 / 2
+
+
+def test_stopped_searches_are_kept_for_the_routes_through_the_same_end(monkeypatch) -> None:
+    """A device's search to its gateway serves every route that leaves the machine through it: kept
+    (at most PARTIAL_TREES, least recently used dropped first), the routes those of fresh searches."""
+    pairs = [(f"n{a}.gpu{g}", f"n{b}.cpu") for a in range(3) for g in range(8) for b in range(3) if a != b]
+    expected = {pair: dgx(3).path(*pair) for pair in pairs}
+    monkeypatch.setattr(route_trees, "PARTIAL_TREES", 3)
+    topo = dgx(3)
+    trees = topo._route_trees()
+    searches = []
+    search = trees.search
+    monkeypatch.setattr(trees, "search", lambda src, target=None: searches.append((src, target)) or search(src, target))
+    assert {pair: topo.path(*pair) for pair in pairs} == expected
+    assert len(searches) == len(set(searches)) < len(pairs)  # each gateway's search once, in order
+    assert trees.toward(*searches[-1]) is trees.toward(*searches[-1]) and len(trees._partial) == 3

@@ -30,6 +30,10 @@ TREE_CACHE_ENTRIES = 1 << 25
 used are dropped past it. A tree holds about three per node of the network, so a 2048-GPU
 cluster keeps the trees of all its NICs."""
 
+PARTIAL_TREES = 1 << 16
+"""Searches stopped at their target (:meth:`RouteTrees.toward`) kept per topology; the least
+recently used are dropped past it."""
+
 _EXACT_FLOAT = 2**53
 """Integers below this add exactly in float64, as SciPy's Dijkstra sums path costs."""
 
@@ -67,6 +71,7 @@ class RouteTrees:
         self._cost = cost
         self._trees: OrderedDict[str, Mapping[str, Predecessors]] = OrderedDict()
         self._tree_entries = 0
+        self._partial: OrderedDict[tuple[str, str], dict[str, Predecessors]] = OrderedDict()
         self._arrays: _LinkArrays | None = None
         self._relay_graph: tuple[np.ndarray, csr_array] | None = None
 
@@ -107,6 +112,19 @@ class RouteTrees:
         self._tree_entries += entries(tree)
         while self._tree_entries > TREE_CACHE_ENTRIES and len(self._trees) > 1:
             self._tree_entries -= entries(self._trees.popitem(last=False)[1])
+        return tree
+
+    def toward(self, src: str, target: str) -> dict[str, Predecessors]:
+        """:meth:`search` from ``src`` until ``target`` is settled (cached: a device's few hops to
+        its machine's gateway serve every route that leaves the machine through it)."""
+        key = (src, target)
+        tree = self._partial.get(key)
+        if tree is None:
+            tree = self._partial[key] = self.search(src, target)
+            if len(self._partial) > PARTIAL_TREES:
+                self._partial.popitem(last=False)
+        else:
+            self._partial.move_to_end(key)
         return tree
 
     @property

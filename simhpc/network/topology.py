@@ -317,12 +317,13 @@ class Topology:
         From an endpoint to a node of its own machine (a device to its gateway) the search stops
         once it reaches ``dst``: its few hops do not need the whole network's tree, and the
         predecessors of the nodes on the way are the same (each is settled before ``dst``, after
-        all of its own predecessors). From a switch or NIC, whose search spreads over the fabric
-        before it settles a device behind it, the whole tree is searched (and cached).
+        all of its own predecessors), kept for the other routes through ``dst``. From a switch or
+        NIC, whose search spreads over the fabric before it settles a device behind it, the whole
+        tree is searched (and cached).
         """
         trees = self._route_trees()
         if not self._transit[src] and self._machine[src] == self._machine[dst] and not trees.cached(src):
-            tree: Mapping[str, Predecessors] = trees.search(src, dst)
+            tree: Mapping[str, Predecessors] = trees.toward(src, dst)
         else:
             tree = trees.tree(src)
         if dst not in tree:
