@@ -129,16 +129,20 @@ class AnalyticBatch:
         done = np.full(routes.size, -np.inf)
         np.maximum.at(done, rows, end)
         np.maximum.at(done, cols, end)
-        carrying = np.flatnonzero((nbytes > 0) & (first >= 0))
-        links, owner = routes.links_of(pairs[carrying])
-        owner = carrying[owner]
-        if network.accounting.record and links.size:
-            network.accounting.busy_from(now, links, end[owner])
-        by_end = np.argsort(end[owner], kind="stable")
-        self._links, self._bytes = links[by_end], nbytes[owner][by_end]
+        carrying = (nbytes > 0) & (first >= 0)
+        if network.accounting.record and carrying.any():
+            issued = np.flatnonzero(carrying)
+            links, owner = routes.links_of(pairs[issued])
+            network.accounting.busy_from(now, links, end[issued[owner]])
         if pairs.size:
-            times = np.unique(end)
-            self._ended_at = np.searchsorted(end[owner][by_end], times, side="right").tolist()
+            by_end = np.argsort(end, kind="stable")
+            ended = end[by_end]
+            lasts = np.flatnonzero(np.r_[ended[1:] != ended[:-1], True])  # the last message at each time
+            times = ended[lasts]
+            counted = by_end[carrying[by_end]]
+            self._links, owner = routes.links_of(pairs[counted])
+            self._bytes = nbytes[counted][owner]
+            self._ended_at = np.cumsum(np.where(carrying[by_end], routes.hops[pairs[by_end]], 0))[lasts].tolist()
             finishing = np.flatnonzero(done > -np.inf)
             which = np.searchsorted(times, done[finishing])  # each rank's done time is one of them
             bounds = np.cumsum(np.bincount(which, minlength=times.size))[:-1]
