@@ -73,7 +73,7 @@ def build(
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
         network = Network(sim, topology, mode=scenario.network.mode, utilisation_counters=trace,
-                          link_spans=link_spans)
+                          link_spans=link_spans, batch_links=scenario.network.batch_links)
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from test_analytic_ring import uneven_switches
 
 from simhpc.engine import Simulation
 from simhpc.network import Communicator, Network, Topology, fat_tree, single_switch, torus
-from simhpc.network.analytic_batch import AnalyticBatch, PairRoutes, end_link_drains
+from simhpc.network.analytic_batch import AnalyticBatch, PairRoutes, batch_drains, end_links
 
 
 def uneven_matrix(n: int, seed: int, zeros: float = 0.3) -> np.ndarray:
@@ -19,11 +21,11 @@ def uneven_matrix(n: int, seed: int, zeros: float = 0.3) -> np.ndarray:
 
 
 def run_all_to_all(topo: Topology, matrices: list[np.ndarray], *, advance: bool, spans: bool = True,
-                   until: float | None = None, traffic: int = 0, seed: int = 0) -> dict:
+                   until: float | None = None, traffic: int = 0, seed: int = 0, links: str = "ends") -> dict:
     """All-to-alls one after another from 1 ms among other transfers; what the run recorded.
     Without ``advance`` the network does not say it is analytic, so the batch is message by message."""
     sim = Simulation(seed)
-    network = Network(sim, topo, "analytic", link_spans=spans)
+    network = Network(sim, topo, "analytic", link_spans=spans, batch_links=links)
     if not advance:
         network.mode = "analytic, message by message"  # transfers still analytic; the batch event-driven
     rng = np.random.default_rng(seed)
@@ -73,14 +75,15 @@ def assert_same(fast: dict, slow: dict) -> None:
     assert fast["tracks"] == slow["tracks"]
 
 
+@pytest.mark.parametrize("links", ["ends", "paths"])
 @pytest.mark.parametrize("spans", [True, False])
 @pytest.mark.parametrize("seed", range(4))
 def test_an_uneven_all_to_all_among_other_traffic_is_timed_and_recorded_as_message_by_message(
-        seed: int, spans: bool) -> None:
+        seed: int, spans: bool, links: str) -> None:
     topo = uneven_switches(9, seed)
     matrices = [uneven_matrix(9, seed), uneven_matrix(9, seed + 10, zeros=0.0), np.full((9, 9), 2e5)]
-    slow = run_all_to_all(topo, matrices, advance=False, spans=spans, traffic=30, seed=seed)
-    fast = run_all_to_all(topo, matrices, advance=True, spans=spans, traffic=30, seed=seed)
+    slow = run_all_to_all(topo, matrices, advance=False, spans=spans, traffic=30, seed=seed, links=links)
+    fast = run_all_to_all(topo, matrices, advance=True, spans=spans, traffic=30, seed=seed, links=links)
     assert len(fast["done"]) == 3 and all(len(ends) == 9 for ends in fast["done"])
     assert len({time for ends in fast["done"] for time in ends.values()}) > 9  # ranks end at many times
     assert_same(fast, slow)
@@ -93,9 +96,9 @@ def test_other_topologies_are_the_same(topo: Topology) -> None:
     """On a torus a link can be one message's first and another's last (hosts relay)."""
     n = len(topo.endpoints)
     matrices = [uneven_matrix(n, 3), uneven_matrix(n, 4, zeros=0.9)]
-    for spans in (True, False):
-        assert_same(run_all_to_all(topo, matrices, advance=True, spans=spans, traffic=10),
-                    run_all_to_all(topo, matrices, advance=False, spans=spans, traffic=10))
+    for spans, links in itertools.product((True, False), ("ends", "paths")):
+        assert_same(run_all_to_all(topo, matrices, advance=True, spans=spans, traffic=10, links=links),
+                    run_all_to_all(topo, matrices, advance=False, spans=spans, traffic=10, links=links))
 
 
 @pytest.mark.parametrize("spans", [True, False])
@@ -169,23 +172,30 @@ def test_only_an_analytic_network_times_a_batch_in_advance() -> None:
         AnalyticBatch(network, PairRoutes(network, topo.endpoints), np.ones((3, 3)), print)
 
 
-def test_end_link_drains_follow_their_definition() -> None:
-    """Each message: the largest of its bytes over its bottleneck and the batch's bytes through its
-    first and last links over their bandwidths, the loads summed message after message."""
+@pytest.mark.parametrize("shared", ["ends", "paths"])
+def test_batch_drains_follow_their_definition(shared: str) -> None:
+    """Each message: the largest of its bytes over its bottleneck and, over each link it shares
+    (its first and last, or its whole path), the batch's bytes sharing that link over its
+    bandwidth, the loads summed message after message; 0 without bytes or path."""
     rng = np.random.default_rng(7)
     links, messages = 6, 40
     capacity = rng.choice([1e9, 4e9, 1e10], links)
-    first = rng.integers(-1, links, messages)
-    last = np.where(rng.random(messages) < 0.3, first, rng.integers(0, links, messages))
-    last = np.where(first < 0, -1, last)
+    paths = [tuple(rng.permutation(links)[: rng.integers(0, 4)].tolist()) for _ in range(messages)]
     nbytes = rng.choice([0.0, 1.0, 3e5, 7e6 / 3], messages)
     bottleneck = rng.choice([5e8, 1e9], messages)
+    sharing = [(path if shared == "paths" else tuple(dict.fromkeys((path[0], path[-1]))))
+               if path and b > 0 else () for path, b in zip(paths, nbytes.tolist())]
     load = [0.0] * links
-    for m in range(messages):
-        if nbytes[m] > 0 and first[m] >= 0:
-            load[first[m]] += nbytes[m]
-            if last[m] != first[m]:
-                load[last[m]] += nbytes[m]
-    expected = [max(b / neck, load[f] / capacity[f], load[t] / capacity[t]) if b > 0 and f >= 0 else 0.0
-                for b, neck, f, t in zip(nbytes.tolist(), bottleneck.tolist(), first.tolist(), last.tolist())]
-    assert end_link_drains(nbytes, bottleneck, first, last, capacity).tolist() == expected
+    for m, used in enumerate(sharing):
+        for link in used:
+            load[link] += nbytes[m]
+    expected = [max([b / neck] + [load[link] / capacity[link] for link in used]) if used else 0.0
+                for b, neck, used in zip(nbytes.tolist(), bottleneck.tolist(), sharing)]
+    if shared == "paths":
+        given = (np.array([link for used in sharing for link in used], dtype=np.int64),
+                 np.repeat(np.arange(messages), [len(used) for used in sharing]))
+    else:
+        given = end_links(np.array([path[0] if path else -1 for path in paths]),
+                          np.array([path[-1] if path else -1 for path in paths]), nbytes > 0)
+    assert batch_drains(nbytes, bottleneck, *given, capacity).tolist() == expected
+    assert sum(map(bool, sharing)) > messages / 2 and any(len(used) > 2 for used in sharing) == (shared == "paths")

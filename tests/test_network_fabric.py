@@ -40,10 +40,10 @@ def test_single_transfer_takes_latency_plus_size_over_bandwidth(mode: str) -> No
     assert ends[0] == pytest.approx(2 * LAT + 1e8 / B, rel=1e-12)
 
 
-def run_batch(mode: str, batch: list[tuple[str, str, float]], topo=None) -> tuple[Network, list[float]]:
+def run_batch(mode: str, batch: list[tuple[str, str, float]], topo=None, **kwargs) -> tuple[Network, list[float]]:
     """Issue ``batch`` at time 0 with :meth:`Network.transfer_batch`; returns the end times."""
     sim = Simulation()
-    network = Network(sim, topo or single_switch(4, B, LAT), mode)
+    network = Network(sim, topo or single_switch(4, B, LAT), mode, **kwargs)
     ends: list[float] = [math.nan] * len(batch)
     for i, event in enumerate(network.transfer_batch(batch, "batch")):
         event.callbacks.append(lambda _event, i=i: ends.__setitem__(i, sim.now))
@@ -95,6 +95,17 @@ def test_analytic_batch_ignores_contention_inside_the_fabric() -> None:
     topo = fat_tree(hosts=4, hosts_per_leaf=2, bandwidth=B, latency=LAT, oversubscription=8.0, spines=1)
     _, analytic = run_batch("analytic", [("h0", "h2", 1e8), ("h0", "h1", 1e8)], topo)
     assert analytic == pytest.approx([4 * LAT + 1e8 / (B / 4), 2 * LAT + 2e8 / B], rel=1e-12)
+
+
+def test_a_batch_sharing_its_paths_is_bound_by_an_inner_link_too() -> None:
+    """``batch_links="paths"``: the two messages crossing leaf0's one uplink (capacity B) share it,
+    as in flow mode; the third, inside leaf1, shares only h3's ejection link with the second."""
+    topo = fat_tree(hosts=4, hosts_per_leaf=2, bandwidth=B, latency=LAT, oversubscription=2.0, spines=1)
+    batch = [("h0", "h2", 1e8), ("h1", "h3", 1e8), ("h2", "h3", 5e7)]
+    _, paths = run_batch("analytic", batch, topo, batch_links="paths")
+    assert paths == pytest.approx([4 * LAT + 2e8 / B] * 2 + [2 * LAT + 1.5e8 / B], rel=1e-12)
+    with pytest.raises(ValueError, match="batch links"):
+        Network(Simulation(), topo, "analytic", batch_links="spines")
 
 
 def test_bottleneck_is_the_slowest_link() -> None:
@@ -305,3 +316,20 @@ def test_a_run_stopped_mid_transfer_counts_only_completed_bytes(mode: str) -> No
     sim.run(until=halfway)
     assert network.link_bytes.max() == pytest.approx(1e8)
     assert network.link_utilisation(halfway).max() <= 1.0
+
+
+def test_the_scenario_field_batch_links_makes_the_oversubscribed_all_to_all_spine_bound() -> None:
+    """`alltoall_fat_tree.yaml` (2:1 spine): analytic mode with ``network.batch_links: paths`` takes
+    flow mode's time, the spine's; with the default ``ends`` the host links' alone."""
+    from simhpc.runner import simulate
+    from simhpc.scenario.loader import load_scenario
+    from tests.conftest import ROOT
+
+    def mean(*overrides: str) -> float:
+        scenario = load_scenario(ROOT / "scenarios" / "alltoall_fat_tree.yaml",
+                                 ["outputs.trace=false", "outputs.timeline=false", *overrides])
+        return simulate(scenario).summary["workload"]["mean_time_s"]
+
+    flow = mean()
+    assert mean("network.mode=analytic", "network.batch_links=paths") == pytest.approx(flow, rel=1e-9)
+    assert mean("network.mode=analytic") < 0.6 * flow

@@ -27,9 +27,9 @@ LINKS = [(1e9, 0.0), (12.5e9, 5e-7), (3e11, 2.5e-5)]
 """(bandwidth bytes/s, link latency s) of the single switch's host links."""
 
 
-def collective_time(mode: str, topo: Topology, call) -> tuple[float, Network]:
+def collective_time(mode: str, topo: Topology, call, **kwargs) -> tuple[float, Network]:
     """Duration of ``call(communicator)`` over all of ``topo``'s hosts, and the network."""
-    took, network, _ = timed(mode, len(topo.endpoints), call, topo, record_links=False)
+    took, network, _ = timed(mode, len(topo.endpoints), call, topo, record_links=False, **kwargs)
     return took, network
 
 
@@ -242,7 +242,9 @@ def test_flows_starting_and_ending_at_different_times_finish_on_time(case) -> No
 def test_fat_tree_all_to_all_is_bound_by_the_spine(hosts: int, per_leaf: int, ratio: float, spines) -> None:
     """The time is the busiest link's bytes over its capacity (every flow on one path, the
     fair shares keep every link of the busiest kind full), never below the fluid bound
-    ``max(r (N - k), N - 1) S / (N B)``, and equal to it when the spines split the flows evenly."""
+    ``max(r (N - k), N - 1) S / (N B)``, and equal to it when the spines split the flows evenly.
+    So is analytic mode's when the batch shares its paths; sharing its end links only, it is the
+    host links' ``(N - 1) S / (N B)``."""
     bandwidth, size = 1e10, 6.4e8
     topo = fat_tree(hosts=hosts, hosts_per_leaf=per_leaf, bandwidth=bandwidth, latency=0.0,
                     oversubscription=ratio, spines=spines)
@@ -254,6 +256,11 @@ def test_fat_tree_all_to_all_is_bound_by_the_spine(hosts: int, per_leaf: int, ra
                 flows[list(topo.path(src, dst))] += 1
     busiest = max(flows[link.index] * size / hosts / link.bandwidth for link in topo.links)
     assert took == pytest.approx(busiest, rel=1e-9)
+    # analytic mode, the batch sharing its paths: each message bound by its busiest link, the batch by the busiest
+    analytic, _ = collective_time("analytic", topo, lambda c: c.all_to_all(size / hosts), batch_links="paths")
+    assert analytic == pytest.approx(busiest, rel=1e-9)
+    ends, _ = collective_time("analytic", topo, lambda c: c.all_to_all(size / hosts))
+    assert ends == pytest.approx((hosts - 1) * size / hosts / bandwidth, rel=1e-9)  # the host links alone
     full_leaves = hosts % per_leaf == 0
     fluid = max(ratio * (hosts - per_leaf), hosts - 1) * size / (hosts * bandwidth)
     if full_leaves:

@@ -3,10 +3,10 @@
 An analytic batch (:meth:`~simhpc.network.fabric.Network.transfer_batch`: the messages one
 collective step issues at once, such as an all-to-all's) knows when each message ends as soon as it
 is issued: its path latency plus the largest of its bytes over its bottleneck and the batch's bytes
-through its first and last links over their bandwidths (:func:`end_link_drains`). Nothing issued
-later changes that. So :class:`AnalyticBatch` times a whole batch with numpy, and its messages that
-end at one time are one event: an all-to-all among 64 ranks whose senders each send as much is 64
-events at most rather than 4032.
+through its first and last links (or every link of its path, ``batch_links="paths"``) over their
+bandwidths (:func:`batch_drains`). Nothing issued later changes that. So :class:`AnalyticBatch`
+times a whole batch with numpy, and its messages that end at one time are one event: an all-to-all
+among 64 ranks whose senders each send as much is 64 events at most rather than 4032.
 
 The run records what the message-by-message batch would, to the bit but for the order of sums: the
 network's transfer and byte counts when the batch is issued, each link's busy span from the issue
@@ -31,30 +31,42 @@ if TYPE_CHECKING:
     from simhpc.network.fabric import Network
 
 
-def end_link_drains(nbytes: np.ndarray, bottleneck: np.ndarray, first: np.ndarray, last: np.ndarray,
-                    capacity: np.ndarray) -> np.ndarray:
+BATCH_LINKS = ("ends", "paths")
+"""Which links an analytic batch's messages share (:attr:`Network.batch_links
+<simhpc.network.fabric.Network.batch_links>`): their first and last links, or every link of their paths."""
+
+
+def end_links(first: np.ndarray, last: np.ndarray, carrying: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The links the ``carrying`` messages share under ``ends``: each one's first link, then its
+    last where that is another; and which message each is of (message after message)."""
+    ends = np.stack([first, np.where(last != first, last, -1)], axis=1)
+    kept = carrying[:, None] & (ends >= 0)
+    return ends[kept], np.nonzero(kept)[0]
+
+
+def batch_drains(nbytes: np.ndarray, bottleneck: np.ndarray, links: np.ndarray, owner: np.ndarray,
+                 capacity: np.ndarray) -> np.ndarray:
     """How long each message of an analytic batch takes to drain, after its path latency.
 
-    ``max(bytes / bottleneck, L(first) / bw(first), L(last) / bw(last))``, where ``L(link)`` is the
-    bytes of the batch's messages whose first or last link is ``link``, summed in batch order as
-    one message after another would; 0 for a message of no bytes or with no path (``first`` -1).
+    The largest of its bytes over its bottleneck and, over each link it shares with the batch,
+    ``L(link) / bw(link)``, where ``L(link)`` is the bytes of the batch's messages sharing the link,
+    summed in the order given (message after message); 0 for a message sharing none (no bytes, or
+    no path).
 
     Args:
         nbytes: bytes per message.
         bottleneck: its path's bottleneck bandwidth (bytes/s).
-        first: its path's first link (the sender's injection link), -1 for no path.
-        last: its path's last link (the receiver's ejection link; ``first`` for a path of one link).
+        links: the links shared, message after message (:func:`end_links`, or whole paths).
+        owner: which message each of ``links`` is of.
         capacity: every link's bandwidth, by link index.
     """
-    carrying = (nbytes > 0) & (first >= 0)
-    ends = np.stack([np.where(carrying, first, -1), np.where(carrying & (last != first), last, -1)], axis=1).ravel()
-    loaded = ends >= 0
     load = np.zeros(capacity.size)
-    np.add.at(load, ends[loaded], np.repeat(nbytes, 2)[loaded])  # in order: a message's first link, then its last
+    np.add.at(load, links, nbytes[owner])
     drain = np.zeros(nbytes.size)
-    head, tail = first[carrying], last[carrying]
-    drain[carrying] = np.maximum(np.maximum(nbytes[carrying] / bottleneck[carrying], load[head] / capacity[head]),
-                                 load[tail] / capacity[tail])
+    np.maximum.at(drain, owner, load[links] / capacity[links])
+    sharing = np.zeros(nbytes.size, dtype=bool)
+    sharing[owner] = True
+    drain[sharing] = np.maximum(drain[sharing], nbytes[sharing] / bottleneck[sharing])
     return drain
 
 
@@ -123,17 +135,19 @@ class AnalyticBatch:
         network.transfers += int(pairs.size)
         network.bytes_sent = float(np.cumsum(np.r_[network.bytes_sent, nbytes])[-1])  # one after another
         first = routes.first[pairs]
-        drain = end_link_drains(nbytes, routes.bottleneck[pairs], first, routes.last[pairs],
-                                network.accounting.capacity)
+        carrying = (nbytes > 0) & (first >= 0)
+        issued = np.flatnonzero(carrying)
+        path_links, path_owner = routes.links_of(pairs[issued])
+        path_owner = issued[path_owner]
+        shared = (path_links, path_owner) if network.batch_links == "paths" else end_links(
+            first, routes.last[pairs], carrying)
+        drain = batch_drains(nbytes, routes.bottleneck[pairs], *shared, network.accounting.capacity)
         end = now + (routes.latency[pairs] + drain)
         done = np.full(routes.size, -np.inf)
         np.maximum.at(done, rows, end)
         np.maximum.at(done, cols, end)
-        carrying = (nbytes > 0) & (first >= 0)
-        if network.accounting.record and carrying.any():
-            issued = np.flatnonzero(carrying)
-            links, owner = routes.links_of(pairs[issued])
-            network.accounting.busy_from(now, links, end[issued[owner]])
+        if network.accounting.record and path_links.size:
+            network.accounting.busy_from(now, path_links, end[path_owner])
         if pairs.size:
             by_end = np.argsort(end, kind="stable")
             ended = end[by_end]

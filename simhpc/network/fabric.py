@@ -9,8 +9,11 @@
   bandwidth. So a batch ends after the path latency plus the busiest end link's bytes over its
   bandwidth, the alpha-beta cost of a direct all-to-all; draining every message at the constant
   rate ``bytes / drain time`` meets those times without any end link over capacity. Links
-  inside the fabric (switch uplinks, spines) are never shared: transfers of different batches,
-  and a batch's messages meeting on an inner link, do not slow each other. One SimPy timeout
+  inside the fabric (switch uplinks, spines) are not shared: transfers of different batches,
+  and a batch's messages meeting on an inner link, do not slow each other; unless
+  ``batch_links="paths"``: then a batch's messages share every link of their paths alike (the
+  batch's bytes through a spine or a NIC over its bandwidth bound each message crossing it; the
+  constant rates still fit every link), while different batches still do not. One SimPy timeout
   per transfer, except where nothing else changes the times of many: a ring whose ranks' start
   times are known when it starts (:mod:`simhpc.network.analytic_ring`) and an all-to-all's batch
   (:mod:`simhpc.network.analytic_batch`) are timed in advance, their transfers that end together
@@ -26,6 +29,7 @@ utilisation counter per link.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from functools import partial
@@ -36,7 +40,7 @@ import simpy
 
 from simhpc.engine import Simulation
 from simhpc.network.accounting import LinkAccounting
-from simhpc.network.analytic_batch import end_link_drains
+from simhpc.network.analytic_batch import BATCH_LINKS, batch_drains, end_links
 from simhpc.network.flowmodel import ActiveFlow, FlowModel
 from simhpc.network.topology import Route, Topology
 
@@ -56,17 +60,23 @@ class Network:
             the Chrome trace shows them: a run that writes none can skip them, its outputs the same).
         link_spans: with ``record_links``, keep every busy span (trace.json and timeline.png draw
             them); False keeps their count and time per link, all metrics.csv needs.
+        batch_links: analytic mode: the links a batch's messages share, ``"ends"`` (their first
+            and last) or ``"paths"`` (all of them).
     """
 
     def __init__(
         self, sim: Simulation, topology: Topology, mode: str = "analytic", *, record_links: bool = True,
-        utilisation_counters: bool = True, link_spans: bool = True,
+        utilisation_counters: bool = True, link_spans: bool = True, batch_links: str = "ends",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"network mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if batch_links not in BATCH_LINKS:
+            raise ValueError(f"batch links must be one of {', '.join(BATCH_LINKS)}, got {batch_links!r}")
         self.sim = sim
         self.topology = topology
         self.mode = mode
+        self.batch_links = batch_links
+        """Analytic mode: which links the messages of a batch share (``ends`` or ``paths``)."""
         self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters, link_spans)
         self._flows = FlowModel(sim, self.accounting) if mode == "flow" else None
         self.transfers = 0
@@ -114,8 +124,9 @@ class Network:
         In flow mode each is a :meth:`transfer`. In analytic mode the messages share the links
         at their ends (see the module docstring): message ``m`` drains in
         ``max(bytes_m / bottleneck_m, L(first_m) / bw(first_m), L(last_m) / bw(last_m))``,
-        where ``L(link)`` is the batch's bytes whose first or last link is ``link``; a batch of
-        one message costs what :meth:`transfer` does.
+        where ``L(link)`` is the batch's bytes whose first or last link is ``link``; with
+        :attr:`batch_links` ``"paths"``, ``L(link) / bw(link)`` over every link of its path, ``L``
+        the batch's bytes crossing it. A batch of one message costs what :meth:`transfer` does.
 
         Args:
             batch: ``(src, dst, nbytes)`` per message, as :meth:`transfer` takes them.
@@ -130,13 +141,16 @@ class Network:
         for _, _, nbytes in batch:
             self.transfers += 1
             self.bytes_sent += nbytes
-        drains = end_link_drains(
-            np.array([nbytes for _, _, nbytes in batch], dtype=float),
-            np.array([route.bandwidth for route in routes]),
-            np.array([route.path[0] if route.path else -1 for route in routes], dtype=np.int64),
-            np.array([route.path[-1] if route.path else -1 for route in routes], dtype=np.int64),
-            self.accounting.capacity,
-        )
+        paths = [route.path if nbytes > 0 else () for route, (_, _, nbytes) in zip(routes, batch)]
+        if self.batch_links == "paths":
+            shared = (np.fromiter(itertools.chain.from_iterable(paths), dtype=np.int64),
+                      np.repeat(np.arange(len(paths)), [len(path) for path in paths]))
+        else:
+            shared = end_links(np.array([path[0] if path else -1 for path in paths], dtype=np.int64),
+                               np.array([path[-1] if path else -1 for path in paths], dtype=np.int64),
+                               np.array([bool(path) for path in paths], dtype=bool))
+        drains = batch_drains(np.array([nbytes for _, _, nbytes in batch], dtype=float),
+                              np.array([route.bandwidth for route in routes]), *shared, self.accounting.capacity)
         env = self.sim.env
         return [self._analytic(route, nbytes, route.latency + drain) if route.path else env.event().succeed()
                 for route, (_, _, nbytes), drain in zip(routes, batch, drains.tolist())]

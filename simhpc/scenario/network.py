@@ -116,3 +116,8 @@ class NetworkConfig(Strict):
 
     mode: Literal["analytic", "flow"] = "flow"
     topology: Topology
+    batch_links: Literal["ends", "paths"] = "ends"
+    """Analytic mode: which links the messages a collective step issues together (an all-to-all's)
+    share: ``ends``, their first and last links (the injection and ejection links); ``paths``,
+    every link of their paths, so the batch's own bytes through a spine or a NIC bound it too.
+    Flow mode shares every link among all flows whatever this says."""
