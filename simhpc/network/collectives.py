@@ -27,7 +27,7 @@ from simhpc.network.schedules import BinomialTree, Ring
 MAX_ALL_TO_ALL_RANKS = 1024
 """The most ranks an all-to-all runs among: it makes n (n - 1) transfers, each routed, and in flow
 mode each simulated on its own (1024 ranks in analytic mode, where the batch is timed in advance:
-17 s and 1.1 GB here, most of it routing the pairs; 10 000 would take most of an hour and 100 GB)."""
+16-17 s and 1.1 GB here, most of it routing the pairs; 10 000 would take most of an hour and 100 GB)."""
 
 
 def check_all_to_all_ranks(n: int) -> None:
