@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from test_analytic_ring import uneven_switches
+from test_analytic_ring import link_records, uneven_switches
 
 from simhpc.engine import Simulation
 from simhpc.network import Communicator, Network, Topology, fat_tree, single_switch, torus
@@ -49,12 +49,7 @@ def run_all_to_all(topo: Topology, matrices: list[np.ndarray], *, advance: bool,
 
     sim.process(batches())
     sim.run(until)
-    busy = {}
-    for link, track in enumerate(network.accounting._tracks):
-        if track is not None:
-            tally = track.spans
-            busy[link] = ([(s.start, s.end) for s in tally] if spans
-                          else (len(tally), tally.busy_time(), tally[-1].start, tally[-1].end))
+    busy = link_records(network, spans)
     return {"done": done, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
             "link_bytes": network.link_bytes.copy(), "busy": busy, "now": sim.now,
             "tracks": [(track.process, track.thread) for track in sim.trace.tracks]}

@@ -27,6 +27,18 @@ def uneven_switches(hosts: int, seed: int) -> Topology:
     return topo
 
 
+def link_records(network: Network, spans: bool) -> dict:
+    """What each link that carried traffic recorded: its busy spans, or (``spans`` False) their
+    tally: count, summed time and the last span."""
+    busy = {}
+    for link, track in enumerate(network.accounting._tracks):
+        if track is not None:
+            tally = track.spans
+            busy[link] = ([(s.start, s.end) for s in tally] if spans
+                          else (len(tally), tally.busy_time(), tally[-1].start, tally[-1].end))
+    return busy
+
+
 def run_ring(topo: Topology, ranks: list[str], steps: int, chunk: float, *, advance: bool, spans: bool = True,
              until: float | None = None, traffic: int = 0, seed: int = 0) -> dict:
     """One ring started at 1 ms among other transfers; what the run recorded."""
@@ -55,13 +67,7 @@ def run_ring(topo: Topology, ranks: list[str], steps: int, chunk: float, *, adva
 
     sim.process(ring())
     sim.run(until)
-    accounting = network.accounting
-    busy = {}
-    for link, track in enumerate(accounting._tracks):
-        if track is not None:
-            tally = track.spans
-            busy[link] = ([(s.start, s.end) for s in tally] if spans
-                          else (len(tally), tally.busy_time(), tally[-1].start, tally[-1].end))
+    busy = link_records(network, spans)
     return {"done": done, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
             "link_bytes": network.link_bytes.copy(), "busy": busy, "now": sim.now,
             "tracks": [(track.process, track.thread) for track in sim.trace.tracks]}
@@ -213,12 +219,7 @@ def run_hierarchical(nodes: int, *, advance: bool, spans: bool, until: float | N
     comm = Communicator(network, hosts)
     comm.all_reduce(6e6, "hierarchical")
     sim.run(until)
-    busy = {}
-    for link, track in enumerate(network.accounting._tracks):
-        if track is not None:
-            tally = track.spans
-            busy[link] = ([(s.start, s.end) for s in tally] if spans
-                          else (len(tally), tally.busy_time(), tally[-1].start, tally[-1].end))
+    busy = link_records(network, spans)
     ranks = sorted((track.process, track.thread, [(s.start, s.end) for s in track.spans])
                    for track in sim.trace.tracks if track.process != "network")
     return {"now": sim.now, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
