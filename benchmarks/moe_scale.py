@@ -58,12 +58,12 @@ def main() -> None:
             if mode == "flow" and nodes > args.flow_max:
                 continue
             r = measure(nodes, mode, batch_links)
-            mode = f"{mode} {batch_links}" if mode == "analytic" else mode
+            label = f"{mode} {batch_links}" if mode == "analytic" else mode
             analytic = analytic or r
             ratios = "" if r is analytic else (
                 f" {(r['build_s'] + r['run_s']) / (analytic['build_s'] + analytic['run_s']):13.2f}"
                 f" {r['iteration_s'] / analytic['iteration_s']:18.3f}")
-            print(f"{nodes:>5} {8 * nodes:>5} {mode:<14} {r['build_s']:6.2f}s {r['run_s']:6.2f}s {r['events']:>9,.0f} "
+            print(f"{nodes:>5} {8 * nodes:>5} {label:<14} {r['build_s']:6.2f}s {r['run_s']:6.2f}s {r['events']:>9,.0f} "
                   f"{r['transfers']:>10,} {r['events'] / r['transfers']:11.3f} {r['iteration_s']:8.3f}s{ratios}")
 
 
