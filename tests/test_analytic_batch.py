@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from test_analytic_ring import link_records, uneven_switches
+from test_analytic_ring import run_records, uneven_switches
 
 from simhpc.engine import Simulation
 from simhpc.network import Communicator, Network, Topology, fat_tree, single_switch, torus
@@ -49,10 +49,7 @@ def run_all_to_all(topo: Topology, matrices: list[np.ndarray], *, advance: bool,
 
     sim.process(batches())
     sim.run(until)
-    busy = link_records(network, spans)
-    return {"done": done, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
-            "link_bytes": network.link_bytes.copy(), "busy": busy, "now": sim.now,
-            "tracks": [(track.process, track.thread) for track in sim.trace.tracks]}
+    return run_records(sim, network, spans, done)
 
 
 def last_ends(comm: Communicator) -> dict[int, float]:

@@ -39,6 +39,14 @@ def link_records(network: Network, spans: bool) -> dict:
     return busy
 
 
+def run_records(sim: Simulation, network: Network, spans: bool, done: object) -> dict:
+    """What a run recorded for the differential tests: ``done`` (when the ranks finished), the
+    network's counts and link bytes, the links' records, the time reached, the trace's tracks."""
+    return {"done": done, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
+            "link_bytes": network.link_bytes.copy(), "busy": link_records(network, spans), "now": sim.now,
+            "tracks": [(track.process, track.thread) for track in sim.trace.tracks]}
+
+
 def run_ring(topo: Topology, ranks: list[str], steps: int, chunk: float, *, advance: bool, spans: bool = True,
              until: float | None = None, traffic: int = 0, seed: int = 0) -> dict:
     """One ring started at 1 ms among other transfers; what the run recorded."""
@@ -67,10 +75,7 @@ def run_ring(topo: Topology, ranks: list[str], steps: int, chunk: float, *, adva
 
     sim.process(ring())
     sim.run(until)
-    busy = link_records(network, spans)
-    return {"done": done, "transfers": network.transfers, "bytes_sent": network.bytes_sent,
-            "link_bytes": network.link_bytes.copy(), "busy": busy, "now": sim.now,
-            "tracks": [(track.process, track.thread) for track in sim.trace.tracks]}
+    return run_records(sim, network, spans, done)
 
 
 def assert_same(fast: dict, slow: dict) -> None:
