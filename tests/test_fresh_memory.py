@@ -267,7 +267,7 @@ def test_a_plain_trace_without_steps_is_charged_its_largest_heap_blocks_as_one_s
 
 
 VALIDATION = Path(__file__).resolve().parents[1] / "validation"
-PLAIN_CAPTURES = {1: (-7.0, 8.8), 2: (-7.4, 12.3)}
+PLAIN_CAPTURES = {1: (-2.2, 13.3), 2: (2.2, 13.8)}
 """The committed plain MLP-mixer captures without allocation events (``plain_capture.py mixer
 --no-memory``, Zen 4 guest): step error and GEMM MAPE against ``epyc-zen4.json`` (validation/README.md)."""
 
@@ -306,7 +306,7 @@ def test_a_committed_capture_without_a_schedule_is_compared_over_its_optimizer_s
     assert (summary["steps"], summary["steps_from"], summary["threads"]) == (10, "Optimizer.step", 1)
     assert summary["first_touch_basis"] == "memory events and heap growth" and summary["heap_growth_s"] > 0
     assert 0.8 * 12288 < summary["fresh_pages_per_step"] <= 1.05 * 12288
-    assert summary["step_error_pct"] == pytest.approx(-4.9, abs=0.1)
+    assert summary["step_error_pct"] == pytest.approx(1.9, abs=0.1)
 
 
 def test_a_loss_over_a_large_vocabulary_writes_no_fresh_block() -> None:
