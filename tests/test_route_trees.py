@@ -61,13 +61,76 @@ def test_trees_past_the_cache_budget_are_dropped_least_recently_used_first(monke
     assert {pair: topo.path(*pair) for pair in pairs} == expected
     trees = topo._route_trees()
     assert len(trees.kept) == 1 and trees.kept_entries == route_trees.entries(trees.tree(trees.kept[0]))
-    budget = 3 * route_trees.entries(trees.search_all("n0.nic0")) + 1
+    fabric = fat_tree(hosts=32, hosts_per_leaf=4, bandwidth=10 * GB, latency=1e-6)
+    budget = 3 * route_trees.entries(fabric._route_trees().search_all("leaf0")) + 1
     monkeypatch.setattr(route_trees, "TREE_CACHE_ENTRIES", budget)
-    trees = dgx(3)._route_trees()
-    for node in ("n0.nic0", "n1.nic0", "n2.nic0", "n0.nic0", "n1.nic1"):  # n0.nic0 used again: n1.nic0 goes
+    trees = fabric._route_trees()
+    for node in ("leaf0", "leaf1", "leaf2", "leaf0", "leaf3"):  # leaf0 used again: leaf1 goes
         trees.tree(node)
-    assert trees.kept == ["n2.nic0", "n0.nic0", "n1.nic1"]
+    assert trees.kept == ["leaf2", "leaf0", "leaf3"]
     assert trees.kept_entries == sum(route_trees.entries(trees.tree(node)) for node in trees.kept) <= budget
+
+
+def machines_through_machines() -> Topology:
+    """Machines of a bus and two NICs on fabric switches x and y, which a costly cable joins and a
+    switch z with hosts bridges: the cheapest way between x and y runs through a machine, paths
+    out through x and through y tie, and in the last machine, both of whose NICs are on x, a way
+    between its NICs out through x ties with the one inside."""
+    topo = Topology("through", ecmp=True)
+    for switch in ("x", "y", "z"):
+        topo.add_switch(switch)
+    topo.connect("x", "y", GB, 9e-6)
+    topo.connect("x", "z", GB, 1e-6)
+    topo.connect("y", "z", GB, 1e-6)
+    for h in range(2):
+        topo.add_endpoint(f"h{h}")
+        topo.connect(f"h{h}", "z", GB, 1e-6)
+    for m, (inside, out, switches) in enumerate([(2e-6, 1e-6, "xy"), (1e-6, 2e-6, "xy"), (3e-6, 1e-6, "xy"),
+                                                 (1e-6, 1e-6, "xx")]):
+        topo.add_switch(f"m{m}.bus", machine=f"m{m}")
+        topo.add_endpoint(f"m{m}.gpu", machine=f"m{m}")
+        topo.connect(f"m{m}.gpu", f"m{m}.bus", GB, 1e-6)
+        for k, switch in enumerate(switches):
+            topo.add_switch(f"m{m}.nic{k}", machine=f"m{m}")
+            topo.connect(f"m{m}.nic{k}", f"m{m}.bus", GB, inside)
+            topo.connect(f"m{m}.nic{k}", switch, GB, out)
+    return topo
+
+
+@pytest.mark.parametrize("build", [
+    lambda: dgx(3),
+    lambda: dgx(4, nics=2, fabric="fat_tree", nodes_per_leaf=1),
+    lambda: dgx(5, nics=4, fabric="fat_tree", nodes_per_leaf=2, oversubscription=2.0),
+    lambda: dgx(4, nics=8, fabric="fat_tree", nodes_per_leaf=2, spines=3, host_rails=True),
+    lambda: dgx(3, nics=1, ecmp=False),
+    machines_through_machines,
+], ids=["single_switch", "fat_tree", "oversubscribed", "rails", "one_nic", "through_machines"])
+def test_a_switch_in_a_machine_joins_its_search_inside_with_its_exits_trees(build, monkeypatch) -> None:
+    """The tree of a switch inside a machine (a NIC, a bus, the host), joined from its machine's
+    search and the trees of the fabric switches its machine's links lead to, equals the whole
+    network's search from it: every node's equal-cost predecessors, so every route and ECMP
+    choice. The fabric is searched once per switch, not once per NIC."""
+    topo = build()
+    trees = topo._route_trees()
+    searched = []
+    search_all = trees.search_all
+    monkeypatch.setattr(trees, "search_all", lambda src: searched.append(src) or search_all(src))
+    inside = [node for node in topo.nodes if topo._transit[node] and topo.node_of(node) != node]
+    for node in inside:
+        tree = trees.tree(node)
+        assert isinstance(tree, route_trees._ViaExits), node
+        assert dict(tree) == trees.search(node), node
+    assert searched and all(topo.node_of(node) == node for node in searched)
+    assert len(searched) == len(set(searched)) < len(inside)
+
+
+def test_a_machine_of_half_the_network_searches_it_whole() -> None:
+    """Joining pays only where the machine is small beside the network: a machine of half its
+    nodes or more, or a node alone in its machine, searches the whole network."""
+    assert dgx(1)._route_trees().via_exits("n0.nvswitch") is None
+    fabric = fat_tree(hosts=8, hosts_per_leaf=4, bandwidth=10 * GB, latency=1e-6)
+    assert fabric._route_trees().via_exits("leaf0") is None
+    assert dgx(2)._route_trees().via_exits("n0.nic0") is not None
 
 
 def mixed_costs(far: float = 0.0) -> Topology:

@@ -10,6 +10,9 @@ it.
 Costs are integers (femtoseconds, so that equal costs tie exactly). Where their sums stay exact in
 float64 a tree comes from SciPy's Dijkstra and vectorised passes over the links; elsewhere from a
 Python heap. :class:`RouteTrees` caches the trees of one topology under a budget of array entries.
+A switch inside a machine (a multi-GPU node's NIC) does not search the whole network: its tree is
+its search inside the machine joined with the trees of the fabric switches the machine's links
+lead to, which the machines on those switches share.
 """
 
 from __future__ import annotations
@@ -25,10 +28,16 @@ import numpy as np
 from scipy.sparse import csr_array
 from scipy.sparse.csgraph import dijkstra
 
-TREE_CACHE_ENTRIES = 1 << 25
+TREE_CACHE_ENTRIES = 1 << 26
 """Array entries (4 bytes each) the trees kept per topology may hold in all; the least recently
-used are dropped past it. A tree holds about three per node of the network, so a 2048-GPU
-cluster keeps the trees of all its NICs."""
+used are dropped past it. A tree holds about six per node of the network. The NICs of multi-GPU
+nodes keep small trees joined with their fabric switches' (:meth:`RouteTrees.via_exits`), so a
+cluster of 8192 GPUs on 256 leaf switches keeps every switch's tree."""
+
+MACHINE_SEARCH_NODES = 1024
+"""Most nodes a machine may have for its switches' trees to be joined from a search inside it and
+the trees of the switches its links lead to (:meth:`RouteTrees.via_exits`); a larger one searches
+the whole network from each."""
 
 PARTIAL_TREES = 1 << 16
 """Searches stopped at their target (:meth:`RouteTrees.toward`) kept per topology; the least
@@ -60,12 +69,16 @@ class RouteTrees:
         adjacency: per node, its outgoing (neighbour, link index) pairs.
         links: every link, by index.
         cost: every link's routing cost, an integer.
+        machine: per node, the machine it sits in (each node alone in its own where not given).
     """
 
     def __init__(self, ordinal: dict[str, int], transit: dict[str, bool],
-                 adjacency: dict[str, list[tuple[str, int]]], links: Sequence[LinkEnds], cost: list[int]) -> None:
+                 adjacency: dict[str, list[tuple[str, int]]], links: Sequence[LinkEnds], cost: list[int],
+                 machine: Mapping[str, str] | None = None) -> None:
         self._ordinal = ordinal
         self._transit = transit
+        self._machine = machine
+        self._machine_sizes: dict[str, int] | None = None
         self._adjacency = adjacency
         self._links = links
         self._cost = cost
@@ -96,7 +109,8 @@ class RouteTrees:
         switch) reaches everything through that link's far end, so its tree is the far end's with
         the first hop prepended: every path from it is that hop plus a path from the far end, the
         same constant added to every label, so the same least-cost predecessors win. Hosts of a
-        leaf share one search.
+        leaf share one search. A switch inside a machine joins its search inside the machine with
+        the trees of the switches the machine's links lead to (:meth:`via_exits`).
         """
         tree = self._trees.get(src)
         if tree is not None:
@@ -107,7 +121,8 @@ class RouteTrees:
         if via != src and self._transit[via] and len(self._adjacency[via]) > 1:
             tree = _FirstHop(self.tree(via), src, via, index)
         else:
-            tree = self.search_all(src)
+            joined = self.via_exits(src)
+            tree = self.search_all(src) if joined is None else joined
         self._trees[src] = tree
         self._tree_entries += entries(tree)
         while self._tree_entries > TREE_CACHE_ENTRIES and len(self._trees) > 1:
@@ -126,6 +141,52 @@ class RouteTrees:
         else:
             self._partial.move_to_end(key)
         return tree
+
+    def via_exits(self, src: str) -> Mapping[str, Predecessors] | None:
+        """:meth:`search`'s tree from a transit node of a machine, joined from a search inside the
+        machine and the trees of the switches its links out lead to; None where that does not
+        apply (a node alone in its machine, or in one of more than :data:`MACHINE_SEARCH_NODES` or
+        of half the network or more; costs that could add inexactly; an exit switch sharing its
+        machine with other nodes or without a vectorised tree).
+
+        Every path from ``src`` either stays in the machine (its last node perhaps a switch a link
+        out of the machine enters) or first leaves it into such a switch ``h`` and goes on from
+        there. So a node's label is the least of its label inside the machine and, over the exit
+        switches, ``h``'s label inside plus the node's in ``h``'s tree; its predecessors are those
+        of the terms that reach that least label (a term's predecessors of the node are tight from
+        ``src`` too, and a predecessor tight from ``src`` is one of a least term's). The machines on
+        a fabric switch share its tree, so a cluster of multi-GPU nodes searches its fabric once
+        per switch instead of once per NIC.
+        """
+        machine, arrays = self._machine, self._link_arrays()
+        if machine is None or arrays is None or not self._transit[src]:
+            return None
+        sizes = self._sizes()
+        home = machine[src]
+        if not 2 <= sizes[home] <= MACHINE_SEARCH_NODES or 2 * sizes[home] >= len(self._ordinal):
+            return None
+        found, preds = self._labelled_search(src, within=home)
+        labels = {node: (cost // arrays.unit, hops) for node, (cost, hops) in found.items()}  # the trees' units
+        exits = []
+        for node, label in labels.items():
+            if machine[node] == home or not self._transit[node]:
+                continue
+            head = self.tree(node) if sizes[machine[node]] == 1 else None
+            if not isinstance(head, _Tree):
+                return None
+            exits.append((label, head))
+        inside = {node: (label, tuple(sorted(preds[node]))) for node, label in labels.items()}
+        return _ViaExits(inside, exits)
+
+    def _sizes(self) -> dict[str, int]:
+        """Nodes per machine (cached)."""
+        if self._machine_sizes is None:
+            sizes: dict[str, int] = {}
+            for name in self._ordinal:
+                home = self._machine[name] if self._machine is not None else name
+                sizes[home] = sizes.get(home, 0) + 1
+            self._machine_sizes = sizes
+        return self._machine_sizes
 
     @property
     def search_kind(self) -> str:
@@ -163,6 +224,8 @@ class RouteTrees:
             label = dijkstra(graph, indices=s)
             reached = np.isfinite(label)
             kept = reached[tails] & (label[tails] + arrays.weight[links] == label[heads])
+            packed = np.where(reached, label, 0.0).astype(np.int64)  # cost * nodes + hops, exact
+            cost_of, hops_of = packed // size, packed % size
         else:
             cost = dijkstra(graph, indices=s)
             reached = np.isfinite(cost)
@@ -171,13 +234,22 @@ class RouteTrees:
             hops = dijkstra(csr_array((np.ones(len(tails)), (tails, heads)), shape=(size, size)), indices=s,
                             unweighted=True)
             kept = hops[tails] + 1 == hops[heads]
+            cost_of, hops_of = (np.where(reached, found, 0.0).astype(np.int64) for found in (cost, hops))
         tails, heads, links = tails[kept], heads[kept], links[kept]
         order = np.lexsort((links, arrays.name_rank[tails], heads))
-        return _Tree(arrays.names, self._ordinal, reached, heads[order], tails[order], links[order])
+        return _Tree(arrays.names, self._ordinal, reached, heads[order], tails[order], links[order], cost_of,
+                     hops_of)
 
     def search(self, src: str, target: str | None = None) -> dict[str, Predecessors]:
         """Dijkstra from ``src`` over (cost, hops) labels, keeping every equal-cost predecessor;
         with ``target``, only until it is settled (complete for the nodes settled by then)."""
+        preds = self._labelled_search(src, target)[1]
+        return {node: tuple(sorted(choices)) for node, choices in preds.items()}
+
+    def _labelled_search(self, src: str, target: str | None = None, within: str | None = None
+                         ) -> tuple[dict[str, tuple[int, int]], dict[str, list[tuple[str, int]]]]:
+        """:meth:`search`'s (cost, hops) labels and unsorted predecessors; with ``within``, nodes
+        outside that machine are reached but not passed through."""
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
         preds: dict[str, list[tuple[str, int]]] = {src: []}
         done: set[str] = set()
@@ -192,6 +264,8 @@ class RouteTrees:
                 break
             if node != src and not self._transit[node]:
                 continue
+            if within is not None and self._machine is not None and self._machine[node] != within:
+                continue
             for nxt, index in self._adjacency[node]:
                 label = (dist + cost[index], hops + 1)
                 known = best.get(nxt)
@@ -201,7 +275,7 @@ class RouteTrees:
                     heapq.heappush(heap, (label[0], label[1], nxt))
                 elif label == known:
                     preds[nxt].append((node, index))
-        return {node: tuple(sorted(choices)) for node, choices in preds.items()}
+        return best, preds
 
     def _relays(self) -> tuple[np.ndarray, csr_array]:
         """The links out of transit nodes and their search graph (cached)."""
@@ -227,7 +301,7 @@ class RouteTrees:
             largest, count = max(costs, default=0), len(names)
             exact = largest * count < _EXACT_FLOAT  # bounds every label the search forms
             weight = np.array(costs, dtype=float) * count + 1 if (largest + 1) * count * count < _EXACT_FLOAT else None
-            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), weight, transit[src], rank,
+            self._arrays = _LinkArrays(names, src, dst, np.array(costs, dtype=float), unit, weight, transit[src], rank,
                                        exact)
         return self._arrays if self._arrays.exact else None
 
@@ -240,6 +314,9 @@ class _LinkArrays:
     src: np.ndarray
     dst: np.ndarray
     cost: np.ndarray
+    """Per link: its cost in units of ``unit``."""
+    unit: int
+    """The greatest common divisor of the costs."""
     weight: np.ndarray | None
     """Per link: ``cost * nodes + 1``, whose sums order paths by cost, then hops (None where they
     could add inexactly)."""
@@ -258,13 +335,16 @@ def _graph(arrays: _LinkArrays, links: np.ndarray, size: int) -> csr_array:
 
 class _Tree(Mapping[str, Predecessors]):
     """The equal-cost predecessors of every node reached from a source, kept as arrays grouped by
-    node and turned into :data:`Predecessors` only for the nodes a route walks through."""
+    node and turned into :data:`Predecessors` only for the nodes a route walks through, and the
+    nodes' labels: cost (in units of the costs' greatest common divisor) and hops."""
 
     def __init__(self, names: list[str], ordinal: dict[str, int], reached: np.ndarray, heads: np.ndarray,
-                 tails: np.ndarray, links: np.ndarray) -> None:
+                 tails: np.ndarray, links: np.ndarray, cost: np.ndarray, hops: np.ndarray) -> None:
         self._names = names
         self._ordinal = ordinal
         self._reached = reached
+        self._cost = _compact(cost)
+        self._hops = _compact(hops)
         self._starts = np.searchsorted(heads, np.arange(len(names) + 1)).astype(np.int32)
         self._tails = tails.astype(np.int32)
         self._links = links.astype(np.int32)
@@ -274,7 +354,15 @@ class _Tree(Mapping[str, Predecessors]):
     def entries(self) -> int:
         """Array entries it holds, for the cache's budget (not the predecessors it has handed out,
         kept for the next walk: at most one tuple per node)."""
-        return self._starts.size + self._tails.size + self._links.size + self._reached.size // 4
+        return (self._starts.size + self._tails.size + self._links.size
+                + (self._reached.nbytes + self._cost.nbytes + self._hops.nbytes) // 4)
+
+    def label(self, node: str) -> tuple[int, int] | None:
+        """``node``'s (cost, hops) from the source, None where it is not reached."""
+        if node not in self:
+            return None
+        i = self._ordinal[node]
+        return int(self._cost[i]), int(self._hops[i])
 
     def __getitem__(self, node: str) -> Predecessors:
         found = self._walked.get(node)
@@ -297,6 +385,59 @@ class _Tree(Mapping[str, Predecessors]):
 
     def __len__(self) -> int:
         return int(np.count_nonzero(self._reached))
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Non-negative integers in the smallest unsigned type that holds them."""
+    return values.astype(np.min_scalar_type(int(values.max(initial=0))))
+
+
+class _ViaExits(Mapping[str, Predecessors]):
+    """The tree of a transit node inside a machine (:meth:`RouteTrees.via_exits`): its labels and
+    predecessors inside the machine, and the trees of the switches its links out lead to with
+    their labels inside, joined node by node as a route asks."""
+
+    def __init__(self, inside: dict[str, tuple[tuple[int, int], Predecessors]],
+                 exits: list[tuple[tuple[int, int], _Tree]]) -> None:
+        self._inside = inside
+        self._exits = exits
+        self._joined: dict[str, Predecessors] = {}
+        self.entries = 2 * len(inside)  # the exits' trees are the cache's own entries
+
+    def __getitem__(self, node: str) -> Predecessors:
+        found = self._joined.get(node)
+        if found is not None:
+            return found
+        best, choices = self._inside.get(node, (None, ()))
+        joined = set(choices)
+        for (cost, hops), tree in self._exits:
+            far = tree.label(node)
+            if far is None:
+                continue
+            label = (cost + far[0], hops + far[1])
+            if best is None or label < best:
+                best, joined = label, set(tree[node])
+            elif label == best:
+                joined.update(tree[node])
+        if best is None:
+            raise KeyError(node)
+        found = self._joined[node] = tuple(sorted(joined))
+        return found
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._inside or any(node in tree for _, tree in self._exits)
+
+    def __iter__(self) -> Iterator[str]:
+        seen = set(self._inside)
+        yield from self._inside
+        for _, tree in self._exits:
+            for node in tree:
+                if node not in seen:
+                    seen.add(node)
+                    yield node
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class _FirstHop(Mapping[str, Predecessors]):

@@ -344,5 +344,6 @@ class Topology:
     def _route_trees(self) -> RouteTrees:
         """The least-cost trees of the links as they are now (made anew once nodes or links are added)."""
         if self._trees is None:
-            self._trees = RouteTrees(self._ordinal, self._transit, self._adjacency, self.links, self._cost)
+            self._trees = RouteTrees(self._ordinal, self._transit, self._adjacency, self.links, self._cost,
+                                     self._machine)
         return self._trees
