@@ -319,7 +319,8 @@ class Topology:
         predecessors of the nodes on the way are the same (each is settled before ``dst``, after
         all of its own predecessors), kept for the other routes through ``dst``. From a switch or
         NIC, whose search spreads over the fabric before it settles a device behind it, the whole
-        tree is searched (and cached).
+        tree is taken (and cached): a NIC's joined from its machine's search and its fabric
+        switches' trees (:meth:`RouteTrees.via_exits`).
         """
         trees = self._route_trees()
         if not self._transit[src] and self._machine[src] == self._machine[dst] and not trees.cached(src):
