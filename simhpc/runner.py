@@ -60,7 +60,8 @@ def build(
     whether trace.json will be written (default: ``outputs.trace``); without it the links'
     utilisation counters, which only the trace shows, are not recorded. ``link_spans=False``
     keeps only the count and time of each link's busy spans, all metrics.csv needs, for a run
-    that draws neither trace.json nor timeline.png (faster, less memory)."""
+    that draws neither trace.json nor timeline.png (faster, less memory); without ``trace`` the
+    spans are kept in arrays, handed out as spans to timeline.png's few link rows."""
     trace = scenario.outputs.trace if trace is None else trace
     sim = Simulation(scenario.seed)
     catalog = scenario_catalog(scenario, source)
@@ -73,7 +74,7 @@ def build(
         except ValueError as error:
             raise ScenarioError(source, "network.topology", str(error)) from None
         network = Network(sim, topology, mode=scenario.network.mode, utilisation_counters=trace,
-                          link_spans=link_spans, batch_links=scenario.network.batch_links)
+                          link_spans=link_spans, compact_spans=not trace, batch_links=scenario.network.batch_links)
         node = catalog.nodes.get(getattr(scenario.network.topology, "node", ""))
     context = RunContext(sim=sim, catalog=catalog, cost_model=default_cost_model(), network=network, node=node)
     config = scenario.workload  # type: ignore[attr-defined]

@@ -21,11 +21,13 @@ def uneven_matrix(n: int, seed: int, zeros: float = 0.3) -> np.ndarray:
 
 
 def run_all_to_all(topo: Topology, matrices: list[np.ndarray], *, advance: bool, spans: bool = True,
-                   until: float | None = None, traffic: int = 0, seed: int = 0, links: str = "ends") -> dict:
+                   until: float | None = None, traffic: int = 0, seed: int = 0, links: str = "ends",
+                   compact: bool = False) -> dict:
     """All-to-alls one after another from 1 ms among other transfers; what the run recorded.
-    Without ``advance`` the network does not say it is analytic, so the batch is message by message."""
+    Without ``advance`` the network does not say it is analytic, so the batch is message by message
+    (``compact``: the spans kept in arrays)."""
     sim = Simulation(seed)
-    network = Network(sim, topo, "analytic", link_spans=spans, batch_links=links)
+    network = Network(sim, topo, "analytic", link_spans=spans, compact_spans=compact, batch_links=links)
     if not advance:
         network.mode = "analytic, message by message"  # transfers still analytic; the batch event-driven
     rng = np.random.default_rng(seed)

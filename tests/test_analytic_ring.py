@@ -48,10 +48,11 @@ def run_records(sim: Simulation, network: Network, spans: bool, done: object) ->
 
 
 def run_ring(topo: Topology, ranks: list[str], steps: int, chunk: float, *, advance: bool, spans: bool = True,
-             until: float | None = None, traffic: int = 0, seed: int = 0) -> dict:
-    """One ring started at 1 ms among other transfers; what the run recorded."""
+             until: float | None = None, traffic: int = 0, seed: int = 0, compact: bool = False) -> dict:
+    """One ring started at 1 ms among other transfers; what the run recorded (``compact``: the
+    spans kept in arrays)."""
     sim = Simulation(seed)
-    network = Network(sim, topo, "analytic", link_spans=spans)
+    network = Network(sim, topo, "analytic", link_spans=spans, compact_spans=compact)
     done: dict[int, float] = {}
     rng = np.random.default_rng(seed)
     hosts = topo.endpoints

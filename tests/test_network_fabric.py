@@ -229,7 +229,8 @@ def test_a_run_that_draws_nothing_tallies_its_link_spans_with_the_same_metrics(s
 
 def test_simhpc_run_tallies_the_link_spans_only_when_it_draws_nothing(tmp_path) -> None:
     """``simhpc run`` with ``outputs: {trace: false, timeline: false}`` writes the metrics.csv and
-    summary.json of the run that draws both; the Python API keeps every span unless told."""
+    summary.json of the run that draws both; the Python API keeps every span unless told (in
+    arrays where it writes no trace, handed out as spans)."""
     from click.testing import CliRunner
 
     from simhpc.cli import main
@@ -247,7 +248,12 @@ def test_simhpc_run_tallies_the_link_spans_only_when_it_draws_nothing(tmp_path) 
         assert (tmp_path / "true" / name).read_bytes() == (tmp_path / "false" / name).read_bytes()
     assert not (tmp_path / "false" / "trace.json").exists()
     undrawn = simulate(load_scenario(scenario, ["outputs.trace=false", "outputs.timeline=false"]))
-    assert not any(isinstance(track.spans, LinkSpanTally) for track in undrawn.sim.trace.tracks)
+    traced = simulate(load_scenario(scenario, ["outputs.trace=true", "outputs.timeline=false"]))
+    assert any(isinstance(track.spans, LinkSpanTally) for track in undrawn.sim.trace.tracks)
+    assert not any(isinstance(track.spans, LinkSpanTally) for track in traced.sim.trace.tracks)
+    for kept, listed in zip(undrawn.sim.trace.tracks, traced.sim.trace.tracks, strict=True):
+        assert list(kept.spans) == listed.spans
+        assert len(listed.spans) < 2 or kept.spans[0] == listed.spans[0]
 
 
 def test_rejects_bad_input() -> None:

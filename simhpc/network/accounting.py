@@ -5,18 +5,20 @@ spans are the merged intervals the link was busy (spans never overlap), and in f
 counter series of the same name sampled with ``{"utilisation": fraction}`` whenever its load
 changes. Where nothing will draw the spans (no trace.json, no timeline.png) each link's track
 holds a :class:`LinkSpanTally` instead: the last span, the spans' count and their summed time
-(what metrics.csv reads), kept in arrays over all links and updated a step at a time.
+(what metrics.csv reads), kept in arrays over all links and updated a step at a time. Where only
+timeline.png draws them (``compact``), the tally also logs each span as it closes, three numbers
+in arrays rather than an object, and hands a link's spans out when its row is drawn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import numpy as np
 
 from simhpc.engine import Simulation, Track
-from simhpc.engine.recorder import CounterSeries
+from simhpc.engine.recorder import CounterSeries, Span
 from simhpc.network.topology import Topology
 
 
@@ -30,10 +32,13 @@ class LinkAccounting:
         counters: with ``record``, the utilisation counters too.
         spans: with ``record``, keep every busy span (False: their count and time only, as
             metrics.csv needs: a :class:`LinkSpanTally` per link).
+        compact: with ``spans``, keep them in a tally's log of closed spans (:class:`LinkSpanTally`
+            hands them out as spans): the same spans, in a fraction of the time and memory, for a
+            run whose only reader of them is timeline.png, which draws a few links' rows.
     """
 
     def __init__(self, sim: Simulation, topology: Topology, record: bool = True, counters: bool = True,
-                 spans: bool = True) -> None:
+                 spans: bool = True, compact: bool = False) -> None:
         self.sim = sim
         self.topology = topology
         self.record = record
@@ -48,7 +53,7 @@ class LinkAccounting:
         self._utilisation: list[CounterSeries | None] = [None] * count
         self._busy = np.zeros(count, dtype=bool)
         """Per link: whether its load is above zero (flow mode)."""
-        self._tally = None if spans else _Tallies(count)
+        self._tally = None if spans and not compact else _Tallies(count, log=spans)
         self._slot = np.zeros(count, dtype=np.int64)
         """Scratch space of :meth:`busy_from` (a link's last position in its batch)."""
 
@@ -136,7 +141,7 @@ class LinkAccounting:
         tally.end[extended] = np.maximum(tally.end[extended], latest[extend])
         opened = unique[~extend]
         ended = opened[tally.count[opened] > 0]
-        tally.closed[ended] += tally.end[ended] - tally.start[ended]
+        tally.close_spans(ended)
         tally.start[opened] = start
         tally.end[opened] = latest[~extend]
         tally.count[opened] += 1
@@ -207,14 +212,15 @@ class LinkAccounting:
 
 class _Tallies:
     """Per link: its busy spans' count, the summed time of all but the last, and the last's start
-    and end; whether its track exists."""
+    and end; whether its track exists; with ``log``, every span closed so far (:class:`_SpanLog`)."""
 
-    def __init__(self, links: int) -> None:
+    def __init__(self, links: int, log: bool = False) -> None:
         self.count = np.zeros(links, dtype=np.int64)
         self.closed = np.zeros(links)
         self.start = np.zeros(links)
         self.end = np.zeros(links)
         self.tracked = np.zeros(links, dtype=bool)
+        self.log = _SpanLog() if log else None
 
     def cover(self, link: int, start: float, end: float) -> None:
         """``link`` is busy over [start, end]: extend its last span if they touch, else open one."""
@@ -224,16 +230,32 @@ class _Tallies:
             return
         if self.count[link]:
             self.closed[link] += self.end[link] - self.start[link]
+            if self.log is not None:
+                self.log.add(link, float(self.start[link]), float(self.end[link]))
         self.start[link], self.end[link] = start, end
         self.count[link] += 1
+
+    def close_spans(self, links: np.ndarray) -> None:
+        """The last spans of ``links`` (distinct, each with one) are over: count their time, log them."""
+        self.closed[links] += self.end[links] - self.start[links]
+        if self.log is not None and links.size:
+            self.log.add_many(links, self.start[links], self.end[links])
+
+    def spans(self, link: int) -> list[Span]:
+        """``link``'s spans (the logged ones and the last), as a list would hold them."""
+        assert self.log is not None
+        starts, ends = self.log.of(link)
+        spans = [Span(start, end, "busy", "network") for start, end in zip(starts.tolist(), ends.tolist())]
+        if self.count[link]:
+            spans.append(Span(float(self.start[link]), float(self.end[link]), "busy", "network"))
+        return spans
 
     def flip(self, opened: np.ndarray, idle: np.ndarray, now: float) -> None:
         """At ``now`` the ``opened`` links became busy (a new span, unless the last ended now:
         it goes on) and the ``idle`` ones stopped (their last span ends)."""
         self.end[idle] = now
         fresh = opened[(self.count[opened] == 0) | (self.end[opened] < now)]
-        ended = fresh[self.count[fresh] > 0]
-        self.closed[ended] += self.end[ended] - self.start[ended]
+        self.close_spans(fresh[self.count[fresh] > 0])
         self.start[fresh] = now
         self.end[fresh] = now
         self.count[fresh] += 1
@@ -243,10 +265,52 @@ class _Tallies:
         self.end[busy] = np.maximum(self.end[busy], now)
 
 
+class _SpanLog:
+    """The spans closed on the links, in the order they closed: single ones gathered in lists,
+    a step's in arrays; joined, and grouped by link, when a link's are asked for."""
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._single: tuple[list[int], list[float], list[float]] = ([], [], [])
+        self._grouped: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, link: int, start: float, end: float) -> None:
+        for column, value in zip(self._single, (link, start, end), strict=True):
+            column.append(value)
+        self._grouped = None
+
+    def add_many(self, links: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._flush()
+        self._chunks.append((links.astype(np.int32), starts, ends))
+        self._grouped = None
+
+    def _flush(self) -> None:
+        links, starts, ends = self._single
+        if links:
+            self._chunks.append((np.array(links, dtype=np.int32), np.array(starts), np.array(ends)))
+            self._single = ([], [], [])
+
+    def of(self, link: int) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of ``link``'s logged spans, in the order they closed."""
+        if self._grouped is None:
+            self._flush()
+            if self._chunks:
+                links, starts, ends = (np.concatenate(column) for column in zip(*self._chunks, strict=True))
+            else:
+                links, starts, ends = np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0)
+            order = np.argsort(links, kind="stable")
+            self._grouped = links[order], starts[order], ends[order]
+            self._chunks = [self._grouped]  # then those closed later: a stable sort keeps each link's in order
+        links, starts, ends = self._grouped
+        first, last = np.searchsorted(links, link), np.searchsorted(links, link, side="right")
+        return starts[first:last], ends[first:last]
+
+
 class LinkSpanTally:
-    """A link track's spans where nothing draws them: their count (``len``), their total time
+    """A link track's spans kept as a tally: their count (``len``), their total time
     (:meth:`busy_time`, summed in the order they ended, as a list's would be) and the last span
-    (``[-1]``, whose end can still be set). The others are not kept."""
+    (``[-1]``, whose end can still be set). Where the tally logs them, iterating hands out all
+    the spans; else the others are not kept."""
 
     __slots__ = ("_link", "_tallies")
 
@@ -257,14 +321,18 @@ class LinkSpanTally:
     def __len__(self) -> int:
         return int(self._tallies.count[self._link])
 
-    def __getitem__(self, index: int) -> _LastSpan:
+    def __getitem__(self, index: int) -> _LastSpan | Span:
         count = len(self)
-        if not count or index not in (-1, count - 1):
+        if count and index in (-1, count - 1):
+            return _LastSpan(self._tallies, self._link)
+        if self._tallies.log is None or not -count <= index < count:
             raise IndexError("a tallied link track keeps only its last span")
-        return _LastSpan(self._tallies, self._link)
+        return self._tallies.spans(self._link)[index]
 
-    def __iter__(self) -> NoReturn:
-        raise TypeError("a tallied link track keeps only its last span: build the run with a trace or timeline")
+    def __iter__(self) -> Iterator[Span]:
+        if self._tallies.log is None:
+            raise TypeError("a tallied link track keeps only its last span: build the run with a trace or timeline")
+        return iter(self._tallies.spans(self._link))
 
     def pop(self) -> NoReturn:
         raise TypeError("a tallied link track keeps only its last span: it cannot drop it")

@@ -60,13 +60,16 @@ class Network:
             the Chrome trace shows them: a run that writes none can skip them, its outputs the same).
         link_spans: with ``record_links``, keep every busy span (trace.json and timeline.png draw
             them); False keeps their count and time per link, all metrics.csv needs.
+        compact_spans: with ``link_spans``, keep them in arrays, handed out as spans when read
+            (a run drawing timeline.png but no trace.json: the figure reads a few links' rows).
         batch_links: analytic mode: the links a batch's messages share, ``"ends"`` (their first
             and last) or ``"paths"`` (all of them).
     """
 
     def __init__(
         self, sim: Simulation, topology: Topology, mode: str = "analytic", *, record_links: bool = True,
-        utilisation_counters: bool = True, link_spans: bool = True, batch_links: str = "ends",
+        utilisation_counters: bool = True, link_spans: bool = True, compact_spans: bool = False,
+        batch_links: str = "ends",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"network mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -77,7 +80,7 @@ class Network:
         self.mode = mode
         self.batch_links = batch_links
         """Analytic mode: which links the messages of a batch share (``ends`` or ``paths``)."""
-        self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters, link_spans)
+        self.accounting = LinkAccounting(sim, topology, record_links, utilisation_counters, link_spans, compact_spans)
         self._flows = FlowModel(sim, self.accounting) if mode == "flow" else None
         self.transfers = 0
         """Transfers issued."""
