@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simhpc.engine import Simulation
-from simhpc.network import Network, fat_tree
+from simhpc.network import Network, accounting, fat_tree
 from simhpc.network.accounting import LinkSpanTally
 from simhpc.runner import simulate, write_outputs
 from simhpc.scenario.loader import load_scenario
@@ -88,8 +88,11 @@ def test_a_scenarios_timeline_and_metrics_are_the_same_bytes(tmp_path: Path) -> 
         assert (tmp_path / "compact" / name).read_bytes() == (tmp_path / "listed" / name).read_bytes(), name
 
 
-def test_spans_read_mid_run_then_at_its_end_are_those_of_the_list() -> None:
-    """Reading a link's spans groups the log; the spans closed afterwards join them in order."""
+@pytest.mark.parametrize("block", [accounting.LOG_BLOCK, 7])
+def test_spans_read_mid_run_then_at_its_end_are_those_of_the_list(block: int, monkeypatch) -> None:
+    """A link's spans picked out of the log mid-run, then again after more have closed, in blocks
+    of any size: those of the list, in order."""
+    monkeypatch.setattr(accounting, "LOG_BLOCK", block)
     topo = uneven_switches(6, 3)
     rng = np.random.default_rng(3)
     plan = [(float(rng.uniform(0, 2e-3)), *rng.choice(6, 2, replace=False).tolist(), float(rng.uniform(1e3, 1e6)))

@@ -265,45 +265,62 @@ class _Tallies:
         self.end[busy] = np.maximum(self.end[busy], now)
 
 
+LOG_BLOCK = 1 << 20
+"""Spans a :class:`_SpanLog` gathers before joining its pieces into one block of arrays."""
+
+
 class _SpanLog:
-    """The spans closed on the links, in the order they closed: single ones gathered in lists,
-    a step's in arrays; joined, and grouped by link, when a link's are asked for."""
+    """The spans closed on the links, in the order they closed: single ones gathered in lists, a
+    step's in arrays, joined into blocks of about :data:`LOG_BLOCK`. A link's are picked out of
+    the blocks when asked for (a figure draws a few links' rows), and kept until more close."""
 
     def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
         self._single: tuple[list[int], list[float], list[float]] = ([], [], [])
-        self._grouped: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._picked: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def add(self, link: int, start: float, end: float) -> None:
         for column, value in zip(self._single, (link, start, end), strict=True):
             column.append(value)
-        self._grouped = None
+        self._picked.clear()
 
     def add_many(self, links: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        self._flush()
-        self._chunks.append((links.astype(np.int32), starts, ends))
-        self._grouped = None
+        self._flush_single()
+        self._piece(links.astype(np.int32), starts, ends)
+        self._picked.clear()
 
-    def _flush(self) -> None:
+    def _flush_single(self) -> None:
         links, starts, ends = self._single
         if links:
-            self._chunks.append((np.array(links, dtype=np.int32), np.array(starts), np.array(ends)))
             self._single = ([], [], [])
+            self._piece(np.array(links, dtype=np.int32), np.array(starts), np.array(ends))
+
+    def _piece(self, links: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._pieces.append((links, starts, ends))
+        self._pending += links.size
+        if self._pending >= LOG_BLOCK:
+            self._join()
+
+    def _join(self) -> None:
+        if self._pieces:
+            self._blocks.append(tuple(np.concatenate(column) for column in zip(*self._pieces, strict=True)))
+            self._pieces, self._pending = [], 0
 
     def of(self, link: int) -> tuple[np.ndarray, np.ndarray]:
         """The starts and ends of ``link``'s logged spans, in the order they closed."""
-        if self._grouped is None:
-            self._flush()
-            if self._chunks:
-                links, starts, ends = (np.concatenate(column) for column in zip(*self._chunks, strict=True))
-            else:
-                links, starts, ends = np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0)
-            order = np.argsort(links, kind="stable")
-            self._grouped = links[order], starts[order], ends[order]
-            self._chunks = [self._grouped]  # then those closed later: a stable sort keeps each link's in order
-        links, starts, ends = self._grouped
-        first, last = np.searchsorted(links, link), np.searchsorted(links, link, side="right")
-        return starts[first:last], ends[first:last]
+        found = self._picked.get(link)
+        if found is None:
+            self._flush_single()
+            self._join()
+            starts, ends = [np.zeros(0)], [np.zeros(0)]
+            for links, block_starts, block_ends in self._blocks:
+                mine = links == link
+                starts.append(block_starts[mine])
+                ends.append(block_ends[mine])
+            found = self._picked[link] = np.concatenate(starts), np.concatenate(ends)
+        return found
 
 
 class LinkSpanTally:
