@@ -116,3 +116,30 @@ def test_spans_read_mid_run_then_at_its_end_are_those_of_the_list(block: int, mo
 
     compact, listed = run(True), run(False)
     assert compact == listed and compact[0] != compact[-1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_of_paths_is_recorded_as_one_transfer_after_another(seed: int) -> None:
+    """``busy_from`` (a batch's paths at once, links repeated, a long transfer's span reaching past
+    a later batch's) against ``busy`` one link at a time: the same spans, tallied, logged or listed."""
+    topo = uneven_switches(5, seed)
+    rng = np.random.default_rng(seed)
+    calls, start = [], 0.0
+    for _ in range(30):
+        start += float(rng.choice([0.0, 1e-6, rng.uniform(0, 5e-6)]))
+        links = rng.integers(0, 6, int(rng.integers(1, 12)))
+        calls.append((start, links, start + rng.choice([0.0, 1e-6, 2e-5], links.size)))
+
+    def record(batched: bool, spans: bool, compact: bool) -> dict:
+        network = Network(Simulation(seed), topo, "analytic", link_spans=spans, compact_spans=compact)
+        for start, links, ends in calls:
+            if batched:
+                network.accounting.busy_from(start, links, ends)
+            else:
+                for link, end in zip(links.tolist(), ends.tolist()):
+                    network.accounting.busy((link,), start, end)
+        return link_records(network, spans)
+
+    listed = record(False, True, False)
+    assert record(True, True, True) == listed
+    assert record(True, False, False) == record(False, False, False)

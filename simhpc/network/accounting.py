@@ -56,6 +56,8 @@ class LinkAccounting:
         self._tally = None if spans and not compact else _Tallies(count, log=spans)
         self._slot = np.zeros(count, dtype=np.int64)
         """Scratch space of :meth:`busy_from` (a link's last position in its batch)."""
+        self._latest = np.full(count, -np.inf)
+        """Scratch space of :meth:`busy_from` (a link's latest end in its batch; -inf between calls)."""
 
     def carried(self, path: tuple[int, ...], nbytes: float) -> None:
         """Count ``nbytes`` on every link of ``path`` (summed per path until read)."""
@@ -126,16 +128,16 @@ class LinkAccounting:
         if not tally.tracked[links].all():
             for link in dict.fromkeys(links[~tally.tracked[links]].tolist()):  # in busy()'s order
                 self._track(link)
+        unique, latest = links, ends
         if not distinct:
             positions = np.arange(links.size)
             self._slot[links] = positions
-            distinct = bool((self._slot[links] == positions).all())
-        if distinct:
-            unique, latest = links, ends
-        else:  # one start: a link's later calls only extend its span
-            unique, inverse = np.unique(links, return_inverse=True)
-            latest = np.full(unique.size, -np.inf)
-            np.maximum.at(latest, inverse, ends)
+            once = self._slot[links] == positions  # one place of each link
+            if not once.all():  # one start: a link's later calls only extend its span
+                unique = links[once]
+                np.maximum.at(self._latest, links, ends)
+                latest = self._latest[unique]
+                self._latest[unique] = -np.inf
         extend = (tally.count[unique] > 0) & (start <= tally.end[unique])
         extended = unique[extend]
         tally.end[extended] = np.maximum(tally.end[extended], latest[extend])
