@@ -192,3 +192,46 @@ def test_stopped_searches_are_kept_for_the_routes_through_the_same_end(monkeypat
     assert {pair: topo.path(*pair) for pair in pairs} == expected
     assert len(searches) == len(set(searches)) < len(pairs)  # each gateway's search once, in order
     assert trees.toward(*searches[-1]) is trees.toward(*searches[-1]) and len(trees._partial) == 3
+
+
+def two_way_machines(machines: int = 3) -> Topology:
+    """Machines whose two GPUs reach their NIC, the gateway, over two equal-cost PCIe switches,
+    the NICs on one fabric switch: which switch a GPU's traffic takes depends on the destination."""
+    topo = Topology("two-way", ecmp=True)
+    topo.add_switch("fabric")
+    for m in range(machines):
+        topo.add_switch(f"m{m}.nic", machine=f"m{m}")
+        topo.connect(f"m{m}.nic", "fabric", GB, 1e-6)
+        for k in range(2):
+            topo.add_switch(f"m{m}.pcie{k}", machine=f"m{m}")
+            topo.connect(f"m{m}.pcie{k}", f"m{m}.nic", GB, 1e-6)
+        for g in range(2):
+            topo.add_endpoint(f"m{m}.gpu{g}", machine=f"m{m}")
+            for k in range(2):
+                topo.connect(f"m{m}.gpu{g}", f"m{m}.pcie{k}", GB, 1e-6)
+            topo.set_gateway(f"m{m}.gpu{g}", f"m{m}.nic")
+    return topo
+
+
+@pytest.mark.parametrize("build", [
+    two_way_machines,
+    lambda: dgx(3, nics=2, fabric="fat_tree", nodes_per_leaf=1, spines=2),
+    lambda: fat_tree(hosts=16, hosts_per_leaf=4, bandwidth=10 * GB, latency=1e-6),
+], ids=["two_way", "gpu_cluster", "fat_tree"])
+def test_walks_to_and_from_gateways_are_kept_only_where_no_tie_chose_them(build, monkeypatch) -> None:
+    """A walk with an endpoint at one end that made no equal-cost choice serves every route through
+    it; one that did is walked again for each destination: the routes are those walked afresh."""
+    nodes = [node for node in build().nodes if not build()._transit[node] or node.endswith(".cpu")]
+    pairs = list(itertools.permutations(nodes, 2))
+    topo = build()
+    routes = {pair: topo.path(*pair) for pair in pairs}
+    assert topo._segments or build is two_way_machines  # there every walk a device ends makes a choice
+    assert all(not (topo._transit[a] and topo._transit[b]) for a, b in topo._segments)
+
+    class NothingKept(dict):
+        def __setitem__(self, key, value) -> None:
+            pass
+
+    fresh = build()
+    monkeypatch.setattr(fresh, "_segments", NothingKept())
+    assert {pair: fresh.path(*pair) for pair in pairs} == routes

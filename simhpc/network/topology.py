@@ -103,6 +103,8 @@ class Topology:
         self._rail_index: dict[str, int] = {}
         self._adjacency: dict[str, list[tuple[str, int]]] = {}
         self._paths: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._segments: dict[tuple[str, str], tuple[int, ...]] = {}
+        """Walks kept for every route through them (:meth:`_walk`)."""
         self._routes: dict[tuple[str, str], Route] = {}
         self._trees: RouteTrees | None = None
 
@@ -227,6 +229,7 @@ class Topology:
 
     def _forget_routes(self) -> None:
         self._paths.clear()
+        self._segments.clear()
         self._routes.clear()
 
     # -- queries ------------------------------------------------------------------------------
@@ -321,7 +324,14 @@ class Topology:
         NIC, whose search spreads over the fabric before it settles a device behind it, the whole
         tree is taken (and cached): a NIC's joined from its machine's search and its fabric
         switches' trees (:meth:`RouteTrees.via_exits`).
+
+        A walk from or to an endpoint (a device to its gateway, a gateway to a device) that made
+        no equal-cost choice is the same for every route through it, whatever its ``spread``:
+        it is kept.
         """
+        kept = self._segments.get((src, dst))
+        if kept is not None:
+            return list(kept)
         trees = self._route_trees()
         if not self._transit[src] and self._machine[src] == self._machine[dst] and not trees.cached(src):
             tree: Mapping[str, Predecessors] = trees.toward(src, dst)
@@ -330,16 +340,19 @@ class Topology:
         if dst not in tree:
             raise ValueError(f"topology {self.name!r}: no route from {src!r} to {dst!r}")
         links: list[int] = []
+        chose = False
         node = dst
         while node != src:
             choices = tree[node]
             if self.ecmp and len(choices) > 1:
-                choice = choices[spread % len(choices)]
+                choice, chose = choices[spread % len(choices)], True
             else:
                 choice = choices[0]
             node, index = choice
             links.append(index)
         links.reverse()
+        if not chose and not (self._transit[src] and self._transit[dst]):
+            self._segments[src, dst] = tuple(links)
         return links
 
     def _route_trees(self) -> RouteTrees:
