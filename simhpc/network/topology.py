@@ -94,6 +94,8 @@ class Topology:
         self.graph = nx.DiGraph()
         self.endpoints: list[str] = []
         self.links: list[Link] = []
+        self._latency: list[float] = []
+        self._bandwidth: list[float] = []
         self._cost: list[int] = []
         self._transit: dict[str, bool] = {}
         self._ordinal: dict[str, int] = {}
@@ -188,6 +190,8 @@ class Topology:
     def _add_link(self, src: str, dst: str, bandwidth: float, latency: float, cost: float) -> Link:
         link = Link(len(self.links), src, dst, float(bandwidth), float(latency), f"{src}->{dst}")
         self.links.append(link)
+        self._latency.append(link.latency)
+        self._bandwidth.append(link.bandwidth)
         self._cost.append(round(cost / _COST_QUANTUM))
         self.graph.add_edge(src, dst, link=link.index)
         self._adjacency[src].append((dst, link.index))
@@ -300,11 +304,11 @@ class Topology:
 
     def path_latency(self, path: tuple[int, ...]) -> float:
         """Sum of the link latencies along ``path`` (seconds)."""
-        return sum(self.links[i].latency for i in path)
+        return sum(map(self._latency.__getitem__, path))
 
     def path_bandwidth(self, path: tuple[int, ...]) -> float:
         """Bottleneck bandwidth along ``path`` (bytes/s; infinite for an empty path)."""
-        return min((self.links[i].bandwidth for i in path), default=math.inf)
+        return min(map(self._bandwidth.__getitem__, path), default=math.inf)
 
     def path_nodes(self, path: tuple[int, ...]) -> list[str]:
         """The nodes a path visits, in order."""
@@ -337,19 +341,20 @@ class Topology:
             tree: Mapping[str, Predecessors] = trees.toward(src, dst)
         else:
             tree = trees.tree(src)
-        if dst not in tree:
-            raise ValueError(f"topology {self.name!r}: no route from {src!r} to {dst!r}")
         links: list[int] = []
         chose = False
         node = dst
-        while node != src:
-            choices = tree[node]
-            if self.ecmp and len(choices) > 1:
-                choice, chose = choices[spread % len(choices)], True
-            else:
-                choice = choices[0]
-            node, index = choice
-            links.append(index)
+        try:
+            while node != src:
+                choices = tree[node]  # only ``dst`` can be missing: the rest are predecessors
+                if self.ecmp and len(choices) > 1:
+                    choice, chose = choices[spread % len(choices)], True
+                else:
+                    choice = choices[0]
+                node, index = choice
+                links.append(index)
+        except KeyError:
+            raise ValueError(f"topology {self.name!r}: no route from {src!r} to {dst!r}") from None
         links.reverse()
         if not chose and not (self._transit[src] and self._transit[dst]):
             self._segments[src, dst] = tuple(links)
