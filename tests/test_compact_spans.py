@@ -19,6 +19,18 @@ from tests.test_analytic_ring import assert_same, link_records, run_ring, uneven
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def send_all(sim: Simulation, network: Network, plan: list[tuple[float, int, int, float]]) -> None:
+    """Start each planned transfer (delay, source host, destination host, bytes)."""
+    hosts = network.topology.endpoints
+
+    def send(delay: float, src: int, dst: int, nbytes: float):
+        yield sim.timeout(delay)
+        yield network.transfer(hosts[src], hosts[dst], nbytes)
+
+    for delay, src, dst, nbytes in plan:
+        sim.process(send(delay, src, dst, nbytes))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_ring_among_other_traffic_keeps_the_same_spans(seed: int) -> None:
     """The ring timed in advance (a step's spans at once) and transfer by transfer (one at a
@@ -56,13 +68,7 @@ def test_flow_mode_keeps_the_same_spans(seed: int) -> None:
     def run(compact: bool) -> tuple[dict, list[float]]:
         sim = Simulation(seed)
         network = Network(sim, topo, "flow", utilisation_counters=False, compact_spans=compact)
-
-        def send(delay: float, src: int, dst: int, nbytes: float):
-            yield sim.timeout(delay)
-            yield network.transfer(topo.endpoints[src], topo.endpoints[dst], nbytes)
-
-        for delay, src, dst, nbytes in plan:
-            sim.process(send(delay, src, dst, nbytes))
+        send_all(sim, network, plan)
         sim.run(until=4e-4)
         network.accounting.close(sim.now)
         tracks = [track for track in network.accounting._tracks if track is not None]
@@ -101,13 +107,7 @@ def test_spans_read_mid_run_then_at_its_end_are_those_of_the_list(block: int, mo
     def run(compact: bool) -> list[dict]:
         sim = Simulation(0)
         network = Network(sim, topo, "analytic", compact_spans=compact)
-
-        def send(delay: float, src: int, dst: int, nbytes: float):
-            yield sim.timeout(delay)
-            yield network.transfer(topo.endpoints[src], topo.endpoints[dst], nbytes)
-
-        for delay, src, dst, nbytes in plan:
-            sim.process(send(delay, src, dst, nbytes))
+        send_all(sim, network, plan)
         seen = []
         for until in (5e-4, 1e-3, None):
             sim.run(until)
